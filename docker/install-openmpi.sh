@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs OpenMPI 4.1.x and an `mpirun` wrapper.
+#
+# Why 4.1.x: sagemaker-training's MPI runner waits for ORTE's `orted` and passes ORTE-era MCA
+# flags; OpenMPI 5 has neither (image-build.md pitfall 9). Debian bookworm ships 4.1.4.
+# The wrapper at $BIN_DIR/mpirun adds --allow-run-as-root (containers run as root, as in AWS's
+# DLC images) and defaults binding/mapping to none/slot (the DLC's openmpi-mca-params.conf);
+# a caller's own OMPI_MCA_* values win.
+#
+# Env: BIN_DIR (default /usr/local/bin), SKIP_APT=1 to only (re)write the wrapper.
+source "$(dirname "$0")/lib.sh"
+BIN_DIR="${BIN_DIR:-/usr/local/bin}"
+
+if [ "${SKIP_APT:-0}" != 1 ]; then
+  log "installing OpenMPI $OPENMPI_DEB_VERSION"
+  apt_install "openmpi-bin=$OPENMPI_DEB_VERSION" "libopenmpi-dev=$OPENMPI_DEB_VERSION"
+fi
+
+real_mpirun="$(readlink -f /usr/bin/mpirun)"
+[ -x "$real_mpirun" ] || die "no OpenMPI mpirun at /usr/bin/mpirun"
+mkdir -p "$BIN_DIR"
+cat > "$BIN_DIR/mpirun" <<WRAPPER
+#!/bin/sh
+# mpirun wrapper written by docker/install-openmpi.sh: runs as root, binding none, mapping by slot.
+: "\${OMPI_MCA_hwloc_base_binding_policy:=none}"
+: "\${OMPI_MCA_rmaps_base_mapping_policy:=slot}"
+export OMPI_MCA_hwloc_base_binding_policy OMPI_MCA_rmaps_base_mapping_policy
+exec $real_mpirun --allow-run-as-root "\$@"
+WRAPPER
+chmod 0755 "$BIN_DIR/mpirun"
+
+found="$(ompi_info --parsable | sed -n "s/^ompi:version:full://p")"
+[ "$found" = "$OPENMPI_VERSION" ] || die "ompi_info reports OpenMPI '$found', versions.env pins $OPENMPI_VERSION"
+command -v orted >/dev/null || die "orted not on PATH; sagemaker-training's MPI workers wait for it"
+log "OpenMPI $found ready; wrapper at $BIN_DIR/mpirun -> $real_mpirun"

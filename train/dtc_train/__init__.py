@@ -1,0 +1,1 @@
+"""Built-in trainers: TensorFlow and PyTorch with Horovod, reading data through NVIDIA DALI."""
