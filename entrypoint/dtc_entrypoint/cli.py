@@ -1,0 +1,107 @@
+"""``train``: the command SageMaker runs in the container (``docker run IMAGE train``).
+
+Reads the ``/opt/ml`` contract (or ``$SAGEMAKER_BASE_DIR``), builds this host's launch plan,
+runs it, and reports the result the way SageMaker expects: exit 0 and ``output/success``, or a
+non-zero exit and ``output/failure`` whose first line says what failed.
+
+Usage: ``train`` (run the job) or ``train --plan`` (print this host's plan as JSON, start nothing).
+"""
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import traceback
+
+from . import config as job_config
+from . import launch, mpi_hosts, program, report, supervise
+from .errors import EXIT_CONFIG_ERROR, EXIT_INTERNAL_ERROR, ConfigError, ProgramNotFoundError
+
+log = logging.getLogger("dtc")
+
+KNOWN_FRAMEWORK_PARAMETERS = {
+    job_config.MPI_ENABLED, job_config.MPI_PROCESSES_PER_HOST, job_config.MPI_NUM_PROCESSES,
+    job_config.MPI_CUSTOM_OPTIONS, "sagemaker_instance_type", "sagemaker_distribution_instance_groups",
+}
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plan", action="store_true", help="print this host's launch plan as JSON and exit")
+    if argv[:1] == ["train"]:  # `docker run IMAGE train` through an entry script passes it on
+        argv = argv[1:]
+    return parser.parse_args(argv)
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "")
+    try:
+        return float(raw) if raw else default
+    except ValueError as error:
+        raise ConfigError(f"{name}={raw!r} is not a number of seconds", key=name) from error
+
+
+def _plan_for(config: job_config.JobConfig, fetch: bool) -> tuple[program.Program, launch.LaunchPlan]:
+    if fetch:
+        prog = program.fetch(config)
+    else:
+        try:
+            prog = program.classify(config)
+        except ProgramNotFoundError:  # not fetched yet: describe it by its name
+            path = os.path.join(config.code_dir, config.program)
+            prog = program.Program(config.program, config.program.endswith(".py"), (path,), config.code_dir)
+    return prog, launch.build(config, prog)
+
+
+def run_job(plan_only: bool) -> int:
+    """Runs (or with ``plan_only`` prints) this host's part of the job. Returns the exit code."""
+    config = job_config.load()
+    logging.getLogger().setLevel(config.log_level)
+    unknown = sorted(k for k in config.framework_parameters if k not in KNOWN_FRAMEWORK_PARAMETERS)
+    if unknown:
+        log.warning("ignoring hyperparameters this image does not read: %s", ", ".join(unknown))
+    prog, plan = _plan_for(config, fetch=not plan_only)
+    if plan_only:
+        print(json.dumps(plan.to_dict(), indent=2))
+        return 0
+    log.info("host %s: strategy=%s role=%s master=%s hosts=%s world_size=%d", config.current_host,
+             plan.strategy, plan.role, plan.master_host, ",".join(plan.hosts), plan.world_size)
+    if plan.role == "mpi-worker":
+        mpi_hosts.serve_as_worker(_env_seconds("DTC_MPI_WORKER_START_TIMEOUT_S", 600))
+        return 0
+    if plan.strategy == "mpi" and len(plan.hosts) > 1:
+        mpi_hosts.ensure_sshd()
+        workers = [h for h in plan.hosts if h != config.current_host]
+        mpi_hosts.wait_for_ports(workers, mpi_hosts.SSH_PORT, _env_seconds("DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S", 600))
+    result = supervise.run(plan.argv, plan.env, plan.workdir)
+    if result.returncode == 0:
+        report.write_success(config.output_dir)
+        log.info("training succeeded; model directory %s", config.model_dir)
+        return 0
+    signal_name = signal.Signals(result.signal_received).name if result.signal_received else None
+    text = report.describe_failure(prog.name, result.exit_code, result.stderr_tail, signal_name)
+    path = report.write_failure(config.output_dir, text)
+    log.error("training failed (exit code %d): %s [details in %s]", result.exit_code, text.splitlines()[0], path)
+    return result.exit_code or EXIT_INTERNAL_ERROR
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: ``train [--plan]``. Exits with the job's exit code."""
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s [dtc] %(levelname)s %(message)s", stream=sys.stderr)
+    output_dir = os.path.join(job_config.base_dir_from(os.environ), "output")
+    try:
+        code = run_job(plan_only=args.plan)
+    except ConfigError as error:
+        report.write_failure(output_dir, f"{error}\n")
+        log.error("%s", error)
+        code = EXIT_CONFIG_ERROR
+    except Exception as error:  # report it; never exit 0 after a failure
+        text = f"Training entrypoint error: {type(error).__name__}: {error}\n\n{traceback.format_exc()}"
+        report.write_failure(output_dir, text)
+        log.error("%s", text)
+        code = EXIT_INTERNAL_ERROR
+    sys.stdout.flush()
+    sys.exit(code)

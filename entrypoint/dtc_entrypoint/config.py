@@ -1,0 +1,234 @@
+"""The job's configuration, parsed once from the SageMaker contract into a frozen object.
+
+Sources, in the toolkit's order of precedence (sagemaker-contract.md a.3-a.5):
+``<base>/input/config/{resourceconfig,inputdataconfig,hyperparameters}.json`` read through
+sagemaker-training's ``Environment`` (``<base>`` is ``$SAGEMAKER_BASE_DIR`` or ``/opt/ml``),
+``SAGEMAKER_PROGRAM`` over the ``sagemaker_program`` hyperparameter, and the ``sagemaker_*``
+distribution hyperparameters the SageMaker Python SDK v2 writes.
+"""
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .errors import ConfigError
+from .hyperparameters import parse_bool, parse_positive_int
+
+DEFAULT_BASE_DIR = "/opt/ml"
+
+# sagemaker_* keys this image reads; anything else starting with sagemaker_ is ignored with a
+# warning by the CLI (it may belong to a newer SDK).
+MPI_ENABLED = "sagemaker_mpi_enabled"
+MPI_PROCESSES_PER_HOST = "sagemaker_mpi_num_of_processes_per_host"
+MPI_NUM_PROCESSES = "sagemaker_mpi_num_processes"
+MPI_CUSTOM_OPTIONS = "sagemaker_mpi_custom_mpi_options"
+
+# Variables of the container's environment that launchers pass on to every process, by name
+# (mpirun -x NAME), so their values never appear in a command line or a log.
+FORWARDED_NAMES = frozenset({"PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "TRAINING_JOB_NAME",
+                             "TRAINING_JOB_ARN"})
+FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_", "FI_", "TF_", "AWS_", "SAGEMAKER_", "CUDA_", "NVIDIA_")
+
+
+def forwarded_names(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The names in ``environ`` that launchers forward to every rank (sorted)."""
+    return tuple(sorted(n for n in environ if n in FORWARDED_NAMES or n.startswith(FORWARDED_PREFIXES)))
+
+
+@dataclass(frozen=True)
+class MpiConfig:
+    """MPI settings (SDK v2 ``distribution={"mpi": {...}}``).
+
+    Attributes:
+        enabled: ``sagemaker_mpi_enabled``.
+        processes_per_host: ``sagemaker_mpi_num_of_processes_per_host``; default: the host's GPU
+            count, or 1 without GPUs (the toolkit's rule).
+        num_processes: ``sagemaker_mpi_num_processes`` (``-np``); default processes_per_host x hosts.
+        custom_options: ``sagemaker_mpi_custom_mpi_options``, split like a shell would split it.
+    """
+
+    enabled: bool = False
+    processes_per_host: int = 1
+    num_processes: int | None = None
+    custom_options: str = ""
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Everything a launch plan needs, read once. Paths are absolute.
+
+    Attributes:
+        base_dir: ``$SAGEMAKER_BASE_DIR`` or ``/opt/ml``.
+        current_host: this host's name (resourceconfig ``current_host``).
+        hosts: every host of the job, in natural order (``algo-2`` before ``algo-10``).
+        distribution_hosts: the hosts that take part in distributed training (all hosts, or those
+            of ``sagemaker_distribution_instance_groups``), natural order.
+        master_host: ``distribution_hosts[0]``. Every host applies this same rule, whatever
+            order ``instance_groups[].hosts`` lists them in (the toolkit takes that unsorted
+            list's first entry; sagemaker-contract.md TL;DR 4).
+        network_interface: resourceconfig ``network_interface_name`` (default ``eth0``).
+        num_gpus / num_cpus: as sagemaker-training counts them (``nvidia-smi``, ``os.cpu_count``).
+        program: ``SAGEMAKER_PROGRAM`` or ``sagemaker_program``; ``builtin:<name>`` names a
+            built-in trainer. ``None`` when unset.
+        submit_dir: ``sagemaker_submit_directory`` (``s3://``, a directory or a ``.tar.gz``).
+        code_dir: ``<base>/code``, where the submit directory is unpacked.
+        user_hyperparameters: hyperparameters without ``sagemaker_*`` keys, in file order,
+            JSON-decoded where possible.
+        framework_parameters: the other ``sagemaker_*`` hyperparameters (distribution switches).
+        mpi: see ``MpiConfig``.
+        sm_env: the ``SM_*`` variables sagemaker-training's ``Environment.to_env_vars`` defines.
+        inherited_names: variables of the container's environment to forward to every rank
+            (``forwarded_names``).
+        python: the interpreter that runs Python programs.
+        log_level: ``sagemaker_container_log_level`` (Python logging level, default 20).
+    """
+
+    base_dir: str
+    current_host: str
+    hosts: tuple[str, ...]
+    distribution_hosts: tuple[str, ...]
+    master_host: str
+    network_interface: str
+    num_gpus: int
+    num_cpus: int
+    program: str | None
+    submit_dir: str
+    code_dir: str
+    user_hyperparameters: Mapping[str, object]
+    framework_parameters: Mapping[str, object]
+    mpi: MpiConfig
+    sm_env: Mapping[str, str] = field(default_factory=dict)
+    inherited_names: tuple[str, ...] = ("PATH",)
+    python: str = sys.executable
+    log_level: int = 20
+
+    @property
+    def model_dir(self) -> str:
+        return os.path.join(self.base_dir, "model")
+
+    @property
+    def output_dir(self) -> str:
+        return os.path.join(self.base_dir, "output")
+
+    @property
+    def is_distributed_host(self) -> bool:
+        """Whether this host takes part in the distributed job (heterogeneous clusters)."""
+        return self.current_host in self.distribution_hosts
+
+    @property
+    def is_master(self) -> bool:
+        return self.current_host == self.master_host
+
+
+def base_dir_from(environ: Mapping[str, str]) -> str:
+    """``$SAGEMAKER_BASE_DIR`` or ``/opt/ml``, as sagemaker-training's ``environment.base_dir``."""
+    return os.path.abspath(environ.get("SAGEMAKER_BASE_DIR") or DEFAULT_BASE_DIR)
+
+
+def natural_key(host: str) -> list:
+    """Sort key that orders ``algo-2`` before ``algo-10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", host)]
+
+
+def mpi_config(framework_parameters: Mapping[str, object], num_gpus: int) -> MpiConfig:
+    """Reads the MPI hyperparameters (already JSON-decoded where they could be).
+
+    Raises:
+        ConfigError: a flag that is not a boolean, a count that is not a positive integer,
+            or options that are not a string.
+    """
+    options = framework_parameters.get(MPI_CUSTOM_OPTIONS) or ""
+    if not isinstance(options, str):
+        raise ConfigError(
+            f"hyperparameter {MPI_CUSTOM_OPTIONS}={options!r} must be a string of mpirun options",
+            key=MPI_CUSTOM_OPTIONS,
+        )
+    per_host = parse_positive_int(MPI_PROCESSES_PER_HOST, framework_parameters.get(MPI_PROCESSES_PER_HOST))
+    return MpiConfig(
+        enabled=parse_bool(MPI_ENABLED, framework_parameters.get(MPI_ENABLED)),
+        processes_per_host=per_host or max(num_gpus, 1),
+        num_processes=parse_positive_int(MPI_NUM_PROCESSES, framework_parameters.get(MPI_NUM_PROCESSES)),
+        custom_options=options,
+    )
+
+
+def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str = sys.executable) -> JobConfig:
+    """Builds the config from a sagemaker-training ``Environment`` and the process environment
+    (pure: reads only its arguments).
+
+    Raises:
+        ConfigError: on invalid distribution hyperparameters or host lists.
+    """
+    hosts = tuple(sorted(env.hosts, key=natural_key))
+    if env.current_host not in hosts:
+        raise ConfigError(
+            f"resourceconfig.json: current_host {env.current_host!r} is not in hosts {list(hosts)}",
+            key="current_host",
+        )
+    distribution_hosts = tuple(sorted(env.distribution_hosts or hosts, key=natural_key))
+    unknown = set(distribution_hosts) - set(hosts)
+    if unknown:
+        raise ConfigError(
+            f"resourceconfig.json: instance_groups name hosts {sorted(unknown)} missing from hosts",
+            key="instance_groups",
+        )
+    framework_parameters = dict(env.additional_framework_parameters)
+    program = env.user_entry_point
+    return JobConfig(
+        base_dir=base_dir,
+        current_host=env.current_host,
+        hosts=hosts,
+        distribution_hosts=distribution_hosts,
+        master_host=distribution_hosts[0],
+        network_interface=env.network_interface_name,
+        num_gpus=env.num_gpus,
+        num_cpus=env.num_cpus,
+        program=str(program) if program not in (None, "", "None") else None,
+        submit_dir=str(env.module_dir),
+        code_dir=os.path.join(base_dir, "code"),
+        user_hyperparameters=MappingProxyType(dict(env.hyperparameters)),
+        framework_parameters=MappingProxyType(framework_parameters),
+        mpi=mpi_config(framework_parameters, env.num_gpus),
+        sm_env=MappingProxyType(dict(env.to_env_vars())),
+        inherited_names=forwarded_names(environ),
+        python=python,
+        log_level=int(env.log_level),
+    )
+
+
+def load(environ: Mapping[str, str] = os.environ) -> JobConfig:
+    """Reads the contract from disk (through sagemaker-training) and parses it.
+
+    Raises:
+        ConfigError: the base directory or a config file is missing or malformed, or a value
+            is invalid.
+    """
+    base_dir = base_dir_from(environ)
+    config_dir = os.path.join(base_dir, "input", "config")
+    for name in ("resourceconfig.json", "inputdataconfig.json", "hyperparameters.json"):
+        path = os.path.join(config_dir, name)
+        if not os.path.isfile(path):
+            raise ConfigError(
+                f"{path} is missing: run inside a SageMaker training job, mount a /opt/ml tree, "
+                "or point SAGEMAKER_BASE_DIR at one",
+                key="SAGEMAKER_BASE_DIR",
+            )
+    # sagemaker_training.environment fixes its paths at import time from SAGEMAKER_BASE_DIR.
+    os.environ.setdefault("SAGEMAKER_BASE_DIR", base_dir)
+    from sagemaker_training import environment  # noqa: PLC0415  (import after the variable is set)
+
+    if os.path.abspath(environment.base_dir) != base_dir:
+        raise RuntimeError(  # one process serves one job: the toolkit fixed its paths at import
+            f"sagemaker_training was imported for {environment.base_dir}, not {base_dir}")
+
+    try:
+        env = environment.Environment()
+    except (ValueError, KeyError, TypeError) as error:  # malformed JSON or missing keys
+        raise ConfigError(
+            f"cannot read the job configuration under {config_dir}: {type(error).__name__}: {error}",
+            key="input/config",
+        ) from error
+    return from_environment(env, base_dir, environ)

@@ -1,0 +1,27 @@
+"""Errors the entrypoint reports to the user, each mapped to an exit code.
+
+Every message's first line says what is wrong and which key, variable or flag to change: that
+line becomes the first line of ``/opt/ml/output/failure`` and so the training job's
+``FailureReason`` (SageMaker shows the file's first 1024 characters).
+"""
+
+# Exit codes. 2 follows the Unix convention for bad usage/configuration; a failing training
+# program passes its own code through (see supervise.exit_code_of).
+EXIT_CONFIG_ERROR = 2
+EXIT_INTERNAL_ERROR = 1
+
+
+class ConfigError(Exception):
+    """The job's configuration (hyperparameters, config files, environment) is invalid.
+
+    Attributes:
+        key: the hyperparameter, environment variable or file the user should change.
+    """
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
+
+
+class ProgramNotFoundError(ConfigError):
+    """The training program named by sagemaker_program / SAGEMAKER_PROGRAM cannot be found."""

@@ -1,0 +1,147 @@
+"""The training program: a built-in trainer or the user's code from the submit directory.
+
+``sagemaker_program`` / ``SAGEMAKER_PROGRAM`` names it:
+
+* ``builtin:pytorch`` or ``builtin:tensorflow``: this image's trainers (``dtc_train``);
+* ``train.py``: a Python script in the submit directory (its ``requirements.txt`` is installed);
+* a name next to a ``setup.py``: the package is installed and run as ``python -m <name>``;
+* ``train.sh`` or any other file: run as an executable (``/bin/sh`` when it has no ``#!``).
+
+This classification is sagemaker-training's ``_entry_point_type.get``; the toolkit's
+``files.download_and_extract`` fetches the code (S3, a directory or a tarball) and its
+``entry_point.install`` installs requirements. Running happens without a shell, so arguments
+reach the program exactly as given (the toolkit's shell path does not; toolkit #128).
+"""
+
+import logging
+import os
+from dataclasses import dataclass
+
+from .config import JobConfig
+from .errors import ConfigError, ProgramNotFoundError
+
+BUILTIN_PREFIX = "builtin:"
+BUILTIN_TRAINERS = {
+    "pytorch": "dtc_train.pytorch_horovod",
+    "tensorflow": "dtc_train.tensorflow_horovod",
+}
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Program:
+    """How to start the program, before launcher and user arguments are added.
+
+    Attributes:
+        name: as configured (``train.py``, ``builtin:pytorch``).
+        is_python: run by the Python interpreter (``python -m mpi4py`` wraps it under MPI).
+        argv: the program part of the command: ``("-m", "pkg")`` or ``("/opt/ml/code/train.py",)``
+            for Python (the interpreter is added by the launch plan); the full command otherwise.
+        workdir: the directory it runs in (the code directory for user code).
+    """
+
+    name: str
+    is_python: bool
+    argv: tuple[str, ...]
+    workdir: str
+
+
+def builtin(config: JobConfig) -> Program | None:
+    """The built-in trainer named by ``config.program``, or ``None`` for user code.
+
+    Raises:
+        ProgramNotFoundError: ``builtin:`` with an unknown name.
+    """
+    if not config.program or not config.program.startswith(BUILTIN_PREFIX):
+        return None
+    name = config.program[len(BUILTIN_PREFIX):]
+    if name not in BUILTIN_TRAINERS:
+        raise ProgramNotFoundError(
+            f"sagemaker_program {config.program!r} names no built-in trainer: use one of "
+            + ", ".join(BUILTIN_PREFIX + n for n in BUILTIN_TRAINERS),
+            key="sagemaker_program",
+        )
+    return Program(config.program, True, ("-m", BUILTIN_TRAINERS[name]), config.code_dir)
+
+
+def classify(config: JobConfig) -> Program:
+    """Classifies the user program already present in ``config.code_dir`` (no side effects).
+
+    Raises:
+        ConfigError: no program configured.
+        ProgramNotFoundError: the file is not in the code directory.
+    """
+    found = builtin(config)
+    if found:
+        return found
+    if not config.program:
+        raise ConfigError(
+            "no training program: set the sagemaker_program hyperparameter (or SAGEMAKER_PROGRAM) "
+            "to a script in sagemaker_submit_directory, or to "
+            + " / ".join(BUILTIN_PREFIX + n for n in BUILTIN_TRAINERS),
+            key="sagemaker_program",
+        )
+    from sagemaker_training import _entry_point_type  # noqa: PLC0415
+
+    path = os.path.join(config.code_dir, config.program)
+    kind = _entry_point_type.get(config.code_dir, config.program)
+    if kind is _entry_point_type.PYTHON_PACKAGE:
+        module = config.program[:-3] if config.program.endswith(".py") else config.program
+        return Program(config.program, True, ("-m", module.replace("/", ".")), config.code_dir)
+    if not os.path.isfile(path):
+        raise ProgramNotFoundError(
+            f"training program {config.program!r} not found in {config.code_dir}: check "
+            "sagemaker_program and the contents of sagemaker_submit_directory",
+            key="sagemaker_program",
+        )
+    if kind is _entry_point_type.PYTHON_PROGRAM:
+        return Program(config.program, True, (path,), config.code_dir)
+    with open(path, "rb") as handle:
+        has_shebang = handle.read(2) == b"#!"
+    return Program(config.program, False, (path,) if has_shebang else ("/bin/sh", path), config.code_dir)
+
+
+def fetch(config: JobConfig) -> Program:
+    """Brings the user's code into the code directory, installs what it needs, and classifies it.
+
+    Built-in trainers need nothing fetched. For user code: unpacks ``config.submit_dir`` into
+    ``config.code_dir`` when that is empty (toolkit ``files.download_and_extract``); if it is not
+    empty and the program is missing there, fails with the reason instead of the toolkit's silent
+    skip (toolkit #85, #222). Then installs ``requirements.txt`` or the ``setup.py`` package.
+
+    Raises:
+        ConfigError / ProgramNotFoundError: as ``classify``, or when the code cannot be fetched.
+    """
+    found = builtin(config)
+    if found:
+        os.makedirs(config.code_dir, exist_ok=True)
+        return found
+    if not config.program:
+        return classify(config)  # raises the 'no training program' error before any download
+    from sagemaker_training import entry_point, files, process  # noqa: PLC0415
+
+    try:
+        process.validate_entry_point(config.program)
+    except Exception as error:  # toolkit raises its ClientError with a precise reason
+        raise ConfigError(f"sagemaker_program: {error}", key="sagemaker_program") from error
+
+    submit_dir = config.submit_dir
+    code_dir_had_files = os.path.isdir(config.code_dir) and bool(os.listdir(config.code_dir))
+    if os.path.abspath(submit_dir) != os.path.abspath(config.code_dir):
+        if code_dir_had_files:
+            log.warning(
+                "%s already holds files, so sagemaker_submit_directory %s is not unpacked "
+                "(images must leave /opt/ml/code empty)", config.code_dir, submit_dir)
+        else:
+            try:
+                files.download_and_extract(submit_dir, config.code_dir)
+            except Exception as error:
+                raise ConfigError(
+                    f"cannot fetch sagemaker_submit_directory {submit_dir!r}: "
+                    f"{type(error).__name__}: {error}",
+                    key="sagemaker_submit_directory",
+                ) from error
+    program = classify(config)
+    entry_point.install(config.program, config.code_dir, capture_error=False)
+    return program

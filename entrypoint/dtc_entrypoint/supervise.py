@@ -1,0 +1,107 @@
+"""Runs a launch plan's command and watches it: output streaming, signal forwarding, exit code.
+
+The child gets its own process group. SIGTERM and SIGINT sent to the entrypoint (SageMaker's
+stop and spot interruption send SIGTERM, then SIGKILL 120 s later) are forwarded to that whole
+group, so mpirun and every local rank see them; the toolkit forwards nothing (toolkit #125).
+If the group is still alive ``kill_after_s`` after the first signal, it is killed.
+"""
+
+import collections
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+STDERR_TAIL_LINES = 400
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How the command ended.
+
+    Attributes:
+        returncode: the exit status; negative ``-N`` when killed by signal N (``subprocess``).
+        stderr_tail: the last ``STDERR_TAIL_LINES`` lines it wrote to stderr (already echoed).
+        signal_received: the first signal the entrypoint forwarded, if any.
+    """
+
+    returncode: int
+    stderr_tail: tuple[str, ...]
+    signal_received: int | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """The entrypoint's exit code: the child's, ``128 + N`` for signal N (shell convention)."""
+        return 128 - self.returncode if self.returncode < 0 else self.returncode
+
+
+def _pump(stream, sink, tail: collections.deque) -> None:
+    """Copies the child's stderr to ours line by line, keeping the tail for the failure report."""
+    for raw in iter(stream.readline, b""):
+        sink.write(raw)
+        sink.flush()
+        tail.append(raw.decode("utf-8", "replace").rstrip("\n"))
+    stream.close()
+
+
+def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s: float = 110.0) -> RunResult:
+    """Runs ``argv`` (no shell) with ``os.environ`` plus ``env`` in ``workdir`` and waits.
+
+    stdout is inherited (no copy, no buffering); stderr passes through a pipe so its tail can
+    name the error. Returns when the process has exited.
+
+    Raises:
+        FileNotFoundError / PermissionError: the command cannot be executed.
+    """
+    full_env = {**os.environ, **env}
+    log.info("running: %s", " ".join(argv))
+    child = subprocess.Popen(
+        list(argv), env=full_env, cwd=workdir, stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, start_new_session=True,
+    )
+    tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
+    pump = threading.Thread(target=_pump, args=(child.stderr, sys.stderr.buffer, tail), daemon=True)
+    pump.start()
+
+    received: list[int] = []
+    killer: list[threading.Timer] = []
+
+    def forward(signum, _frame):
+        if not received:
+            received.append(signum)
+            log.warning("received %s: forwarding it to the training processes", signal.Signals(signum).name)
+            timer = threading.Timer(kill_after_s, _kill_group, args=(child.pid,))
+            timer.daemon = True
+            timer.start()
+            killer.append(timer)
+        _signal_group(child.pid, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
+    try:
+        returncode = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for timer in killer:
+            timer.cancel()
+    pump.join(timeout=10)
+    return RunResult(returncode, tuple(tail), received[0] if received else None)
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _kill_group(pid: int) -> None:
+    log.error("training processes still running after the grace period: killing them")
+    _signal_group(pid, signal.SIGKILL)

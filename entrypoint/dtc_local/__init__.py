@@ -1,0 +1,1 @@
+"""Local stand-ins for what the SageMaker service does before ``train`` starts: /opt/ml trees."""

@@ -1,0 +1,125 @@
+"""Writes an ``/opt/ml`` tree the way the SageMaker service and the Python SDK write one.
+
+Files (sagemaker-contract.md a.2-a.3):
+
+* ``input/config/resourceconfig.json``: the service's shape, with ``instance_groups`` whose
+  ``hosts`` list starts with the current host (as observed on the real service), or the SDK
+  local-mode shape (no groups) with ``--local-mode-shape``;
+* ``input/config/inputdataconfig.json``: one entry per channel, File mode, FullyReplicated;
+* ``input/config/hyperparameters.json``: every value a string, encoded like SDK v2's
+  ``Framework`` estimators (``json``: ``json.dumps(value)``) or the generic ``Estimator``
+  without ``source_dir`` (``str``: ``str(value)``, so ``False`` is ``"False"``);
+* ``input/data/<channel>/``, ``model/``, ``output/data/``, ``code/`` (empty), ``checkpoints/``.
+
+Usage: ``python -m dtc_local.job_tree ROOT --digits --program builtin:pytorch --mpi 2 -p epochs=5``.
+"""
+
+import argparse
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+
+ENCODINGS = ("json", "str")
+
+
+def encode_hyperparameters(hyperparameters: Mapping[str, object], encoding: str = "json") -> dict[str, str]:
+    """Encodes values as the SDK does: ``json`` -> ``json.dumps(v)``, ``str`` -> ``str(v)``."""
+    if encoding not in ENCODINGS:
+        raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
+    return {k: json.dumps(v) if encoding == "json" else str(v) for k, v in hyperparameters.items()}
+
+
+def resource_config(hosts: Sequence[str], current_host: str, instance_type: str = "ml.c5.xlarge",
+                    local_mode_shape: bool = False, network_interface: str = "eth0") -> dict:
+    """The service's resourceconfig.json for ``current_host`` (or SDK local mode's, no groups)."""
+    if local_mode_shape:
+        return {"current_host": current_host, "hosts": list(hosts), "network_interface_name": network_interface,
+                "current_instance_type": "local"}
+    group_hosts = [current_host] + [h for h in hosts if h != current_host]
+    return {
+        "current_group_name": "homogeneousCluster", "current_host": current_host,
+        "current_instance_type": instance_type, "hosts": sorted(hosts),
+        "instance_groups": [{"hosts": group_hosts, "instance_group_name": "homogeneousCluster",
+                             "instance_type": instance_type}],
+        "network_interface_name": network_interface,
+    }
+
+
+def input_data_config(channels: Sequence[str]) -> dict:
+    return {c: {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated",
+                "RecordWrapperType": "None"} for c in channels}
+
+
+def _write_json(path: str, data: object) -> None:
+    with open(path, "w") as handle:
+        json.dump(data, handle, indent=2)
+
+
+def write(root: str, *, hyperparameters: Mapping[str, object], channels: Sequence[str] = (),
+          hosts: Sequence[str] = ("algo-1",), current_host: str = "algo-1", encoding: str = "json",
+          instance_type: str = "ml.c5.xlarge", local_mode_shape: bool = False,
+          clean: bool = True) -> str:
+    """Writes the tree at ``root`` (removing an old one first unless ``clean`` is False).
+
+    Channel directories are created empty; fill them (``dtc_train.digits.export``) afterwards.
+    Returns ``root``.
+    """
+    if clean and os.path.exists(root):
+        shutil.rmtree(root)
+    config_dir = os.path.join(root, "input", "config")
+    for sub in ("input/config", "model", "output/data", "code", "checkpoints"):
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+    for channel in channels:
+        os.makedirs(os.path.join(root, "input", "data", channel), exist_ok=True)
+    _write_json(os.path.join(config_dir, "resourceconfig.json"),
+                resource_config(hosts, current_host, instance_type, local_mode_shape))
+    _write_json(os.path.join(config_dir, "inputdataconfig.json"), input_data_config(channels))
+    _write_json(os.path.join(config_dir, "hyperparameters.json"), encode_hyperparameters(hyperparameters, encoding))
+    return root
+
+
+def _parse_value(text: str) -> object:
+    """``-p k=v`` values: JSON when they parse (``3``, ``true``, ``[1]``), else the string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root")
+    parser.add_argument("--program", help="sagemaker_program (e.g. train.py or builtin:pytorch)")
+    parser.add_argument("--submit-dir", help="sagemaker_submit_directory (directory, .tar.gz or s3://)")
+    parser.add_argument("--mpi", type=int, metavar="PROCESSES_PER_HOST",
+                        help="enable MPI with this many processes per host")
+    parser.add_argument("--digits", action="store_true", help="fill training/validation with the digits data set")
+    parser.add_argument("-p", "--hyperparameter", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--encoding", choices=ENCODINGS, default="json")
+    args = parser.parse_args(argv)
+
+    hyperparameters: dict[str, object] = {}
+    if args.program:
+        hyperparameters["sagemaker_program"] = args.program
+    if args.submit_dir:
+        hyperparameters["sagemaker_submit_directory"] = args.submit_dir
+    if args.mpi:
+        hyperparameters.update({"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": args.mpi,
+                                "sagemaker_mpi_custom_mpi_options": ""})
+    for item in args.hyperparameter:
+        key, _, value = item.partition("=")
+        hyperparameters[key] = _parse_value(value)
+    channels = ("training", "validation") if args.digits else ()
+    write(args.root, hyperparameters=hyperparameters, channels=channels, encoding=args.encoding)
+    if args.digits:
+        from dtc_train import digits  # noqa: PLC0415
+
+        counts = digits.export(os.path.join(args.root, "input", "data"))
+        print(f"wrote {args.root}: " + ", ".join(f"{c} {n} images" for c, n in counts.items()))
+    else:
+        print(f"wrote {args.root}")
+
+
+if __name__ == "__main__":
+    main()
