@@ -55,7 +55,7 @@ else
     [ -e "$nccl_home/lib/libnccl.so" ] || ln -sf libnccl.so.2 "$nccl_home/lib/libnccl.so"
     export HOROVOD_NCCL_HOME="$nccl_home" HOROVOD_CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
   fi
-  log "building (about 15 minutes on 2 cores); MAKEFLAGS=$MAKEFLAGS"
+  log "building (about 8 minutes on 2 cores); MAKEFLAGS=$MAKEFLAGS"
   start=$(date +%s)
   "$PYTHON" -m pip wheel -v --no-deps --no-build-isolation -w "$work/dist" "$src" > "$work/build.log" 2>&1 \
     || { tail -60 "$work/build.log" >&2; die "horovod build failed (log tail above)"; }

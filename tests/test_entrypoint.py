@@ -1,6 +1,5 @@
 """`train` against /opt/ml trees with user scripts: argv fidelity, failures, exit codes, code fetching."""
 
-import json
 import shutil
 import tarfile
 

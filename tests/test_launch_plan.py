@@ -1,7 +1,6 @@
 """Unit: launch plans are pure functions of the job config; `train --plan` prints the same plan."""
 
 import json
-import shlex
 
 import pytest
 

@@ -43,3 +43,27 @@ def test_failure_file_first_writer_wins(tmp_path):
     assert (tmp_path / "failure").read_text() == "user's own reason\n"
     report.write_success(str(tmp_path / "out"))
     assert (tmp_path / "out" / "success").read_text() == ""
+
+
+def test_interleaved_ranks_with_split_writes():
+    """What mpirun --tag-output printed for two TF ranks failing together (abridged, real)."""
+    stderr = [
+        "[1,1]<stderr>:Traceback (most recent call last):",
+        "[1,0]<stderr>:Traceback (most recent call last):",
+        '[1,1]<stderr>:  File "/x/horovod/_keras/callbacks.py", line 105, in on_epoch_end',
+        "[1,0]<stderr>:raise e.with_traceback(filtered_tb) from None[1,1]<stderr>:    [1,0]<stderr>:",
+        "[1,0]<stderr>:self._average_metrics_in_place(logs)[1,0]<stderr>:",
+        "[1,0]<stderr>: [1,1]<stderr>: [1,0]<stderr>: ",
+        "[1,1]<stderr>:AttributeError: module 'keras.backend' has no attribute 'constant'",
+        "[1,0]<stderr>:^^^^^",
+        "[1,0]<stderr>:AttributeError: module 'keras.backend' has no attribute 'constant'",
+    ]
+    first = report.describe_failure("builtin:tensorflow", 1, stderr).splitlines()[0]
+    assert first == "AttributeError: module 'keras.backend' has no attribute 'constant'"
+
+
+def test_qualified_and_bare_exception_names():
+    assert report.exception_line(["Traceback (most recent call last):", "  File 'x'",
+                                  "tensorflow.python.framework.errors_impl.InvalidArgumentError: bad shape"]) \
+        == "tensorflow.python.framework.errors_impl.InvalidArgumentError: bad shape"
+    assert report.exception_line(["Traceback (most recent call last):", "KeyboardInterrupt"]) == "KeyboardInterrupt"

@@ -19,7 +19,7 @@ from .program import Program
 # SM_CURRENT_HOST: aws/sagemaker-training-toolkit#158); ranks on other hosts get their own.
 HOST_SPECIFIC_SM_VARS = frozenset({
     "SM_CURRENT_HOST", "SM_CURRENT_INSTANCE_TYPE", "SM_CURRENT_INSTANCE_GROUP",
-    "SM_CURRENT_INSTANCE_GROUP_HOSTS", "SM_TRAINING_ENV", "SM_RESOURCE_CONFIG", "SM_IS_HETERO",
+    "SM_CURRENT_INSTANCE_GROUP_HOSTS", "SM_TRAINING_ENV", "SM_RESOURCE_CONFIG",
 })
 
 

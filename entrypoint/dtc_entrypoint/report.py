@@ -16,7 +16,10 @@ from collections.abc import Iterable, Sequence
 # mpirun --tag-output prefixes output with "[jobid,rank]<stderr>:", and again inside a line
 # wherever the process wrote a partial line (Python writes "ValueError" and ": msg" apart).
 _TAG = re.compile(r"\[(\d+),(\d+)\]<(?:stderr|stdout)>:")
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning|Failure)?(: .*)?$")
+# "ValueError: msg", "pkg.mod.CustomError: msg", "KeyboardInterrupt": a class name (capitalised,
+# optionally module-qualified) alone or before ": ". Source lines of a traceback never match: they
+# start lower-case (raise, self.x(...)) or contain "(" before any ": ".
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:: .*)?$")
 
 FAILURE_REASON_CHARS = 1024
 
@@ -32,17 +35,19 @@ def untag(lines: Iterable[str]) -> dict[str, list[str]]:
 
 
 def exception_line(lines: Sequence[str]) -> str | None:
-    """The last Python exception line (``Type: message``) after a ``Traceback`` header, if any."""
+    """The exception line (``Type: message``) that closes the last Python traceback in ``lines``.
+
+    Works on interleaved, re-wrapped output too (mpirun splits partial writes), because it looks
+    for the first line shaped like an exception after each ``Traceback`` header rather than
+    relying on indentation.
+    """
     found = None
-    in_traceback = False
+    armed = False
     for line in lines:
         if line.startswith("Traceback (most recent call last):"):
-            in_traceback = True
-            continue
-        if in_traceback and line and not line[0].isspace():
-            if _EXCEPTION_LINE.match(line):
-                found = line
-            in_traceback = False
+            armed = True
+        elif armed and _EXCEPTION_LINE.match(line.strip()):
+            found, armed = line.strip(), False
     return found
 
 
@@ -75,6 +80,7 @@ def _atomic_write(path: str, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
+    os.chmod(tmp, 0o644)   # mkstemp creates 0600
     os.replace(tmp, path)
 
 

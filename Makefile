@@ -1,0 +1,42 @@
+# The two commands a user needs: `make train` (the main job) and `make test` (every test).
+# Both set this machine up first if needed (scripts/setup-host.sh; about 25 minutes the first
+# time, mostly the Horovod build, which is then cached).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+VENV ?= $(CURDIR)/.venv
+PYTHON := $(VENV)/bin/python
+export PATH := $(VENV)/bin:$(PATH)
+
+# make train: the framework (pytorch | tensorflow), MPI processes on this host, epochs, and
+# where the local /opt/ml tree goes.
+FRAMEWORK ?= pytorch
+PROCESSES_PER_HOST ?= 2
+EPOCHS ?= 12
+JOB_DIR ?= $(CURDIR)/build/job/opt/ml
+# Extra pytest arguments, e.g. PYTEST_ARGS="-k unit".
+PYTEST_ARGS ?=
+
+SETUP_STAMP := $(VENV)/.setup-complete
+SETUP_INPUTS := versions.env pyproject.toml scripts/setup-host.sh $(wildcard docker/*.sh docker/patches/*.patch)
+
+.PHONY: setup train test clean
+
+$(SETUP_STAMP): $(SETUP_INPUTS)
+	scripts/setup-host.sh
+	touch $@
+
+setup: $(SETUP_STAMP)
+
+train: $(SETUP_STAMP)
+	@case "$(FRAMEWORK)" in pytorch|tensorflow) ;; *) echo "FRAMEWORK must be pytorch or tensorflow, got '$(FRAMEWORK)'" >&2; exit 2;; esac
+	$(PYTHON) -m dtc_local.job_tree $(JOB_DIR) --digits --program builtin:$(FRAMEWORK) \
+	  --mpi $(PROCESSES_PER_HOST) -p epochs=$(EPOCHS)
+	SAGEMAKER_BASE_DIR=$(JOB_DIR) train
+	@echo "model written to $(JOB_DIR)/model:"; ls -l $(JOB_DIR)/model
+
+test: $(SETUP_STAMP)
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf build .pytest_cache

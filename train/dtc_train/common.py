@@ -1,0 +1,111 @@
+"""What both built-in trainers share: arguments, metric lines, atomic files, weight digests."""
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+
+from . import contract
+
+log = logging.getLogger("dtc.train")
+
+# One line per epoch, on rank 0. A SageMaker metric_definitions regex such as
+# 'val_accuracy=([0-9.]+)' reads it (README, "Metrics").
+METRIC_LINE = ("epoch={epoch}/{epochs} train_loss={train_loss:.4f} train_accuracy={train_accuracy:.4f} "
+               "val_loss={val_loss:.4f} val_accuracy={val_accuracy:.4f} val_samples={val_samples} "
+               "epoch_seconds={epoch_seconds:.2f}")
+
+
+def parse_args(description: str, argv: list[str] | None = None) -> argparse.Namespace:
+    """The hyperparameters both trainers accept (SageMaker passes them as ``--name value``).
+
+    ``learning-rate`` is per worker: the optimizer uses ``learning_rate * world_size`` with the
+    global batch ``batch_size * world_size`` (linear scaling, Goyal et al. 2017, as Horovod's
+    examples do).
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--batch-size", type=int, default=32, help="samples per rank per step")
+    parser.add_argument("--learning-rate", type=float, default=0.01, help="per-rank rate; scaled by world size")
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--train-channel", default="training")
+    parser.add_argument("--validation-channel", default="validation")
+    parser.add_argument("--model-dir", default=contract.model_dir())
+    parser.add_argument("--checkpoint-dir", default=contract.checkpoint_dir())
+    parser.add_argument("--data-device", choices=("auto", "cpu", "gpu"), default="auto",
+                        help="where DALI decodes: gpu when one is visible (auto), or forced")
+    parser.add_argument("--dali-threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    for name in ("epochs", "batch_size", "dali_threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.learning_rate <= 0:
+        parser.error("--learning-rate must be positive")
+    return args
+
+
+def emit(line: str) -> None:
+    """Prints one whole line in a single write (mpirun --tag-output tags each write)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def configure_logging(rank: int) -> None:
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [rank {rank}] %(message)s")
+
+
+def atomic_write(path: str, write: Callable[[str], None]) -> None:
+    """Calls ``write(tmp_path)`` and renames the result to ``path`` (same directory, so the
+    rename is atomic: readers see the old file or the complete new one, never a partial one)."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    suffix = os.path.splitext(path)[1]  # some writers pick the format from the extension
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)   # mkstemp creates 0600
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def atomic_write_tree(path: str, write: Callable[[str], None]) -> None:
+    """Like ``atomic_write`` for a directory (e.g. a SavedModel): built aside, then swapped in."""
+    import shutil
+
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-" + os.path.basename(path))
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o755)   # mkdtemp creates 0700
+        old = None
+        if os.path.exists(path):
+            old = tempfile.mkdtemp(dir=parent, prefix=".old-")
+            os.rename(path, os.path.join(old, "x"))
+        os.rename(tmp, path)
+        if old:
+            shutil.rmtree(old)
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp)
+
+
+def write_json(path: str, data: dict) -> None:
+    atomic_write(path, lambda tmp: open(tmp, "w").write(json.dumps(data, indent=2) + "\n"))
+
+
+def weights_digest(arrays: Iterable) -> str:
+    """SHA-256 over the raw bytes of the given numpy arrays, in order: equal on every rank
+    exactly when all ranks hold bit-identical weights."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        digest.update(array.tobytes())
+    return digest.hexdigest()

@@ -1,0 +1,37 @@
+"""Where a trainer finds its inputs and puts its outputs, per the SageMaker contract.
+
+Trainers read only the contract (``SM_*`` variables, ``/opt/ml`` paths), never launcher
+details, so they run the same under mpirun, torchrun or as a plain process.
+"""
+
+import json
+import os
+
+DEFAULT_BASE_DIR = "/opt/ml"
+
+
+def base_dir() -> str:
+    """``$SAGEMAKER_BASE_DIR`` or ``/opt/ml``."""
+    return os.environ.get("SAGEMAKER_BASE_DIR") or DEFAULT_BASE_DIR
+
+
+def model_dir() -> str:
+    """``$SM_MODEL_DIR``: uploaded to S3 as model.tar.gz when the job ends."""
+    return os.environ.get("SM_MODEL_DIR") or os.path.join(base_dir(), "model")
+
+
+def channel_dir(name: str) -> str:
+    """``$SM_CHANNEL_<NAME>``, else ``<base>/input/data/<name>``."""
+    return os.environ.get(f"SM_CHANNEL_{name.upper()}") or os.path.join(base_dir(), "input", "data", name)
+
+
+def checkpoint_dir() -> str:
+    """``LocalPath`` of ``input/config/checkpointconfig.json`` when the job set CheckpointConfig,
+    else ``<base>/checkpoints`` (SageMaker's default LocalPath; docs: model-checkpoints)."""
+    config = os.path.join(base_dir(), "input", "config", "checkpointconfig.json")
+    if os.path.isfile(config):
+        with open(config) as handle:
+            local_path = json.load(handle).get("LocalPath")
+        if local_path:
+            return local_path
+    return os.path.join(base_dir(), "checkpoints")

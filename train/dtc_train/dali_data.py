@@ -1,0 +1,134 @@
+"""NVIDIA DALI input pipelines over an ImageFolder channel, sharded by rank.
+
+One pipeline definition serves both frameworks: files are read by ``fn.readers.file`` (labels
+from the sorted class-folder names), decoded to grayscale on the CPU, or on the GPU with
+``device="mixed"`` (nvJPEG/nvImageCodec) when the trainer has one, and normalised to float32
+in [0, 1]. Without a GPU the pipeline is built with ``device_id=None``, which keeps DALI off
+CUDA entirely (DALI ``Pipeline`` docs).
+
+Sharding: reader shard ``i`` of ``S`` holds samples
+``[floor(i*N/S), floor((i+1)*N/S))`` of the sorted file list, the formula of DALI's
+``_calculate_shard_sizes`` in ``nvidia/dali/plugin/base_iterator.py``; the shards are disjoint
+and cover the data set, so per-rank sums add up to exact totals.
+"""
+
+import math
+import os
+from dataclasses import dataclass
+
+READER_NAME = "Reader"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This rank's part of a channel.
+
+    Attributes:
+        size: samples in the shard.
+        batch_size: samples per batch.
+    """
+
+    size: int
+    batch_size: int
+
+    @property
+    def batches(self) -> int:
+        """Batches in one pass over the shard (the last one padded)."""
+        return math.ceil(self.size / self.batch_size)
+
+    def real_samples(self, batch_index: int) -> int:
+        """Samples of batch ``batch_index`` that are not padding."""
+        return min(self.batch_size, self.size - batch_index * self.batch_size)
+
+
+def count_images(file_root: str) -> int:
+    """Files in the class folders of ``file_root`` (what ``fn.readers.file`` will read)."""
+    return sum(len(files) for _, _, files in os.walk(file_root))
+
+
+def shard_size(total: int, shard_id: int, num_shards: int) -> int:
+    """Samples in shard ``shard_id`` of ``num_shards`` over ``total`` (DALI's formula)."""
+    return (total * (shard_id + 1)) // num_shards - (total * shard_id) // num_shards
+
+
+def steps_per_epoch(total: int, batch_size: int, world_size: int) -> int:
+    """Training steps per epoch, the same on every rank: one pass over the data set in
+    global batches of ``batch_size * world_size`` (the last one wrapping around)."""
+    return math.ceil(total / (batch_size * world_size))
+
+
+def image_pipeline(file_root: str, batch_size: int, shard_id: int, num_shards: int, *,
+                   training: bool, device_id: int | None, layout: str, seed: int = 0,
+                   num_threads: int = 2):
+    """Builds the DALI pipeline for one channel.
+
+    Args:
+        file_root: the channel directory (one sub-folder per class).
+        batch_size: samples per batch on this rank.
+        shard_id / num_shards: this rank and the world size.
+        training: shuffle and wrap around forever; otherwise read the shard in order, padding
+            the last batch with its last sample, and start over at the shard's beginning.
+        device_id: the GPU for decoding and outputs, or ``None`` for CPU only.
+        layout: ``"CHW"`` (PyTorch) or ``"HWC"`` (TensorFlow).
+
+    Returns:
+        a built ``nvidia.dali.Pipeline`` with outputs (images float32 [B, 1, 8, 8] or
+        [B, 8, 8, 1] in [0, 1]; labels int32 [B, 1]).
+    """
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed,
+                  prefetch_queue_depth=2)
+    def pipeline():
+        encoded, labels = fn.readers.file(
+            file_root=file_root, shard_id=shard_id, num_shards=num_shards,
+            random_shuffle=training, initial_fill=256, pad_last_batch=not training,
+            stick_to_shard=not training, name=READER_NAME)
+        images = fn.decoders.image(encoded, device="mixed" if device_id is not None else "cpu",
+                                   output_type=types.GRAY)
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout=layout,
+                                          mean=[0.0], std=[255.0])
+        if device_id is not None:
+            labels = labels.gpu()
+        return images, labels
+
+    pipe = pipeline()
+    pipe.build()
+    return pipe
+
+
+@dataclass(frozen=True)
+class RankData:
+    """This rank's view of the training and validation channels, and their pipelines' settings.
+
+    Attributes:
+        train_total / val_total: images in each channel.
+        steps_per_epoch: training steps per epoch, equal on all ranks.
+        val_shard: this rank's validation shard.
+    """
+
+    train_root: str
+    val_root: str
+    train_total: int
+    val_total: int
+    steps_per_epoch: int
+    val_shard: Shard
+
+    def describe(self) -> str:
+        return (f"{self.train_total} training images ({self.steps_per_epoch} steps/epoch), "
+                f"{self.val_total} validation images ({self.val_shard.size} on this rank)")
+
+    def pipelines(self, batch_size: int, rank: int, size: int, *, device_id: int | None, layout: str,
+                  seed: int, num_threads: int):
+        """(training, validation) pipelines for this rank; see ``image_pipeline``."""
+        common = dict(shard_id=rank, num_shards=size, device_id=device_id, layout=layout, num_threads=num_threads)
+        return (image_pipeline(self.train_root, batch_size, training=True, seed=seed + rank, **common),
+                image_pipeline(self.val_root, batch_size, training=False, **common))
+
+
+def rank_data(train_root: str, val_root: str, batch_size: int, rank: int, size: int) -> RankData:
+    """Counts both channels and derives this rank's steps and validation shard."""
+    train_total, val_total = count_images(train_root), count_images(val_root)
+    return RankData(train_root, val_root, train_total, val_total,
+                    steps_per_epoch(train_total, batch_size, size),
+                    Shard(shard_size(val_total, rank, size), batch_size))

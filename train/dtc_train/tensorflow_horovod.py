@@ -1,0 +1,156 @@
+"""Built-in trainer: TensorFlow data-parallel training with Horovod, input through NVIDIA DALI.
+
+API choice: the Keras 2 API from ``tf-keras`` with ``TF_USE_LEGACY_KERAS=1`` and
+``horovod.tensorflow.keras``. That is the API existing Horovod/Keras training code is written
+against (``DistributedOptimizer``, ``BroadcastGlobalVariablesCallback``, ``MetricAverageCallback``),
+and under Keras 3, which TF >= 2.16 loads by default, ``horovod.tensorflow.keras`` breaks
+(horovod #4290, still open). A custom ``horovod.tensorflow`` loop would avoid Keras but would
+make every user re-write ``fit``; legacy Keras keeps their code working.
+
+Each rank reads its shard of the training channel through ``DALIDataset``; rank 0's initial
+weights are broadcast; validation accuracy is summed exactly over the validation shards. Rank 0
+logs one metric line per epoch, writes an atomic checkpoint each epoch, and saves the model as a
+SavedModel under ``<model_dir>/1`` (the TensorFlow Serving layout SageMaker's TF serving reads).
+
+Hyperparameters: see ``dtc_train.common.parse_args``.
+"""
+
+import os
+import sys
+import time
+
+os.environ["TF_USE_LEGACY_KERAS"] = "1"   # before TensorFlow is imported (see module docstring)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import horovod  # noqa: E402
+import horovod.tensorflow.keras as hvd  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+from . import common, contract, dali_data  # noqa: E402
+
+IMAGE_SHAPE = (8, 8, 1)   # height, width, channels; float32 in [0, 1]
+NUM_CLASSES = 10
+
+
+def build_model() -> keras.Model:
+    """[B, 8, 8, 1] -> [B, 10] logits: the same network as ``torch_model.DigitsNet``."""
+    return keras.Sequential([
+        keras.layers.Input(IMAGE_SHAPE),
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Flatten(),
+        keras.layers.Dense(128, activation="relu"),
+        keras.layers.Dense(NUM_CLASSES),
+    ], name="digits_net")
+
+
+def _use_gpu(args) -> int | None:
+    """Pins this rank to its local GPU and returns its index, or returns None for CPU."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if args.data_device == "cpu" or not gpus:
+        if args.data_device == "gpu":
+            raise SystemExit("--data-device gpu: no GPU is visible to TensorFlow")
+        return None
+    gpu = gpus[hvd.local_rank()]
+    tf.config.set_visible_devices(gpu, "GPU")
+    tf.config.experimental.set_memory_growth(gpu, True)
+    return hvd.local_rank()
+
+
+def _dataset(pipe, batch_size: int, device_id: int | None):
+    from nvidia.dali.plugin.tf import DALIDataset
+
+    with tf.device("/gpu:0" if device_id is not None else "/cpu:0"):
+        return DALIDataset(pipeline=pipe, batch_size=batch_size, device_id=device_id,
+                           output_shapes=((batch_size, *IMAGE_SHAPE), (batch_size, 1)),
+                           output_dtypes=(tf.float32, tf.int32))
+
+
+class EpochReport(keras.callbacks.Callback):
+    """Exact validation over all shards, the metric line and the checkpoint, after each epoch."""
+
+    def __init__(self, args, val_batches, shard: dali_data.Shard):
+        super().__init__()
+        self.args, self.val_batches, self.shard = args, val_batches, shard
+        self.started = time.perf_counter()
+        self.last = {}
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.started = time.perf_counter()
+
+    def evaluate(self) -> tuple[float, float, int]:
+        sums = np.zeros(3, dtype=np.float64)
+        for index in range(self.shard.batches):
+            images, labels = next(self.val_batches)
+            real = self.shard.real_samples(index)
+            logits = self.model(images[:real], training=False)
+            labels = tf.reshape(labels[:real], [-1])
+            loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+            correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1, output_type=tf.int32) == labels, tf.float64))
+            sums += [float(tf.reduce_sum(loss)), float(correct), real]
+        loss_sum, correct, count = hvd.allreduce(tf.constant(sums), op=hvd.Sum, name="validation_sums").numpy()
+        return loss_sum / count, correct / count, int(count)
+
+    def on_epoch_end(self, epoch, logs=None):
+        val_loss, val_accuracy, val_count = self.evaluate()
+        self.last = {"val_accuracy": val_accuracy}
+        if hvd.rank() != 0:
+            return
+        common.emit(common.METRIC_LINE.format(
+            epoch=epoch + 1, epochs=self.args.epochs, train_loss=logs["loss"], train_accuracy=logs["accuracy"],
+            val_loss=val_loss, val_accuracy=val_accuracy, val_samples=val_count,
+            epoch_seconds=time.perf_counter() - self.started))
+        common.atomic_write(os.path.join(self.args.checkpoint_dir, "checkpoint.weights.h5"),
+                            self.model.save_weights)
+        common.write_json(os.path.join(self.args.checkpoint_dir, "checkpoint.json"), {"epoch": epoch + 1})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    common.configure_logging(rank)
+    tf.keras.utils.set_random_seed(args.seed)
+    device_id = _use_gpu(args)
+
+    data = dali_data.rank_data(contract.channel_dir(args.train_channel), contract.channel_dir(args.validation_channel),
+                               args.batch_size, rank, size)
+    common.log.info("TensorFlow %s (tf-keras %s), Horovod %s: rank %d/%d; %s; DALI decodes on %s", tf.__version__,
+                    keras.__version__, horovod.__version__, rank, size, data.describe(),
+                    "gpu" if device_id is not None else "cpu")
+    train_pipe, val_pipe = data.pipelines(args.batch_size, rank, size, device_id=device_id, layout="HWC",
+                                          seed=args.seed, num_threads=args.dali_threads)
+    train_ds, val_ds = (_dataset(p, args.batch_size, device_id) for p in (train_pipe, val_pipe))
+
+    model = build_model()
+    optimizer = hvd.DistributedOptimizer(
+        keras.optimizers.SGD(learning_rate=args.learning_rate * size, momentum=args.momentum))
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    report = EpochReport(args, iter(val_ds), data.val_shard)
+    model.fit(train_ds, steps_per_epoch=data.steps_per_epoch, epochs=args.epochs, verbose=0, callbacks=[
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+        hvd.callbacks.MetricAverageCallback(),
+        report,
+    ])
+
+    digest = common.weights_digest(model.get_weights())
+    common.emit(f"rank={rank} world_size={size} final_weights_sha256={digest}")
+    if rank == 0:
+        saved_model = os.path.join(args.model_dir, "1")
+        common.atomic_write_tree(saved_model, lambda tmp: model.save(tmp, save_format="tf", include_optimizer=False))
+        common.write_json(os.path.join(args.model_dir, "model.json"), {
+            "framework": "tensorflow", "format": "SavedModel", "path": "1",
+            "input_shape": list(IMAGE_SHAPE), "input_scale": "pixel / 255",
+            "classes": [str(c) for c in range(NUM_CLASSES)], "val_accuracy": report.last.get("val_accuracy"),
+            "epochs": args.epochs, "world_size": size})
+        common.log.info("saved %s", saved_model)
+    hvd.allreduce(tf.constant(0.0), name="finished")   # every rank leaves after rank 0 has saved
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
