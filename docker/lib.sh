@@ -21,7 +21,7 @@ esac
 log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
 die() { printf '[%s] error: %s\n' "$(basename "$0")" "$*" >&2; exit 1; }
 
-pip_install() { "$PYTHON" -m pip install --disable-pip-version-check "$@"; }
+pip_install() { "$PYTHON" -m pip install --disable-pip-version-check --quiet "$@"; }
 
 apt_install() {
   export DEBIAN_FRONTEND=noninteractive

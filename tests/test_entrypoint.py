@@ -22,12 +22,16 @@ def _code(source_dir, *names):
 def test_hyperparameters_reach_the_script_exactly(make_job, source_dir, encoding):
     _code(source_dir, "echo_argv.py")
     hps = {"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir), **AWKWARD,
-           "epochs": 3, "flag": False}
+           "epochs": 3, "flag": False, "layers": [64, "relu"], "cfg": {"a": 1}}
     root = make_job(hps, encoding=encoding)
     result = run_train(root)
     assert result.returncode == 0, result.output
     record = read_json(root / "output" / "data" / "argv-single.json")
-    expected = [x for k, v in AWKWARD.items() for x in (f"--{k}", v)] + ["--epochs", "3", "--flag", "False"]
+    # JSON-encoded containers arrive as JSON; the generic Estimator's str() of a list or dict is a
+    # Python repr, which is not JSON, and arrives as written.
+    containers = ['[64, "relu"]', '{"a": 1}'] if encoding == "json" else ["[64, 'relu']", "{'a': 1}"]
+    expected = [x for k, v in AWKWARD.items() for x in (f"--{k}", v)] + [
+        "--epochs", "3", "--flag", "False", "--layers", containers[0], "--cfg", containers[1]]
     assert record["argv"] == expected
     assert record["sm_user_args"] == expected
     assert record["cwd"] == str(root / "code")

@@ -75,6 +75,15 @@ def test_custom_mpi_options_replace_defaults_instead_of_appending():
     assert plan.env["NCCL_DEBUG"] == "WARN" and "--NCCL_DEBUG" not in argv
 
 
+def test_user_host_np_and_interface_exclusion_replace_ours():
+    config = job(hosts=("algo-1", "algo-2"), mpi=MpiConfig(
+        enabled=True, processes_per_host=2, custom_options="-np 3 -H algo-1:3 -mca btl_tcp_if_exclude lo"))
+    argv = list(launch.build(config, SCRIPT).argv)
+    assert argv.count("-np") == 1 and argv[argv.index("-np") + 1] == "3"
+    assert "--host" not in argv and argv[argv.index("-H") + 1] == "algo-1:3"
+    assert "btl_tcp_if_include" not in argv and "oob_tcp_if_include" in argv
+
+
 def test_np_override_and_shell_command_programs():
     command = Program("train.sh", False, ("/opt/ml/code/train.sh",), "/opt/ml/code")
     plan = launch.build(job(mpi=MpiConfig(enabled=True, processes_per_host=2, num_processes=3)), command)

@@ -7,7 +7,7 @@ Nothing here starts a process or reads files; ``supervise`` runs what these retu
 import json
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from .config import JobConfig
@@ -47,7 +47,6 @@ class LaunchPlan:
     master_host: str
     processes_per_host: int = 1
     world_size: int = 1
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict:
         """JSON-ready form (for ``train --plan`` and logs)."""
@@ -55,7 +54,7 @@ class LaunchPlan:
             "strategy": self.strategy, "role": self.role, "argv": list(self.argv),
             "env": dict(self.env), "workdir": self.workdir, "hosts": list(self.hosts),
             "master_host": self.master_host, "processes_per_host": self.processes_per_host,
-            "world_size": self.world_size, "notes": list(self.notes),
+            "world_size": self.world_size,
         }
 
 
@@ -146,7 +145,11 @@ def mpi_plan(config: JobConfig, program: Program) -> LaunchPlan:
     multi_host = len(hosts) > 1
     host_list = ",".join(f"{h}:{per_host}" for h in hosts) if multi_host else f"localhost:{per_host}"
     mca_set, flags_set = _user_overrides(custom_args)
-    argv = ["mpirun", "--host", host_list, "-np", str(world_size)]
+    argv = ["mpirun"]
+    if not flags_set & {"host", "H"}:
+        argv += ["--host", host_list]
+    if not flags_set & {"np", "n"}:
+        argv += ["-np", str(world_size)]
     if "tag-output" not in flags_set:
         argv.append("--tag-output")
     defaults = [("pml", "ob1"), ("btl", "^openib"), ("orte_abort_on_non_zero_status", "1"),
@@ -157,7 +160,7 @@ def mpi_plan(config: JobConfig, program: Program) -> LaunchPlan:
                      ("plm_rsh_no_tree_spawn", "1")]
         env.setdefault("NCCL_SOCKET_IFNAME", iface)
     for name, value in defaults:
-        if name not in mca_set:
+        if name not in mca_set and name.replace("_include", "_exclude") not in mca_set:  # OpenMPI takes one
             argv += ["-mca", name, value]
     if "bind-to" not in flags_set:
         argv += ["-bind-to", "none"]

@@ -1,0 +1,39 @@
+"""SageMaker stops a job (and a spot interruption ends one) with SIGTERM to the container's main
+process: `train` must pass it to the training processes, under MPI to every rank."""
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import BIN, PROGRAMS
+
+
+@pytest.mark.parametrize("mpi_processes", [None, 2])
+def test_sigterm_reaches_every_training_process(make_job, source_dir, mpi_processes):
+    source_dir.mkdir()
+    shutil.copy(PROGRAMS / "wait_for_sigterm.py", source_dir)
+    hps = {"sagemaker_program": "wait_for_sigterm.py", "sagemaker_submit_directory": str(source_dir)}
+    if mpi_processes:
+        hps.update(sagemaker_mpi_enabled=True, sagemaker_mpi_num_of_processes_per_host=mpi_processes)
+    root = make_job(hps)
+    data = root / "output" / "data"
+    ranks = [str(r) for r in range(mpi_processes)] if mpi_processes else ["single"]
+    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(root), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    train = subprocess.Popen([str(BIN / "train")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not all((data / f"started-{r}").exists() for r in ranks):
+        assert train.poll() is None and time.monotonic() < deadline, train.stderr.read().decode()[-2000:]
+        time.sleep(0.2)
+
+    train.send_signal(signal.SIGTERM)
+    returncode = train.wait(timeout=60)
+
+    assert returncode != 0
+    for rank in ranks:
+        assert (data / f"sigterm-{rank}").read_text() == "SIGTERM"
+    assert (root / "output" / "failure").read_text().splitlines()[0] == "wait_for_sigterm.py was stopped by SIGTERM"
+    assert not (root / "output" / "success").exists()
