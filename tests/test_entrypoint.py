@@ -131,3 +131,17 @@ def test_code_dir_with_files_does_not_silently_hide_the_submit_dir(make_job, sou
     assert result.returncode == 2
     assert "not found in" in result.failure.splitlines()[0]
     assert "already holds files" in result.stderr
+
+
+def test_sdk_local_mode_tree_with_container_paths(make_job, source_dir):
+    """SDK local mode: hosts algo-1-xxxxx, no instance_groups, sagemaker_submit_directory
+    "/opt/ml/code" with the code already mounted there; the tree itself lives elsewhere."""
+    root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": "/opt/ml/code",
+                     "sagemaker_container_log_level": 20, "sagemaker_job_name": "job-local-1",
+                     "sagemaker_region": "us-east-1", "lr": 0.1},
+                    hosts=("algo-1-ab12c",), current_host="algo-1-ab12c", local_mode_shape=True)
+    shutil.copy(PROGRAMS / "echo_argv.py", root / "code")
+    result = run_train(root)
+    assert result.returncode == 0, result.output
+    assert read_json(root / "output" / "data" / "argv-single.json")["argv"] == ["--lr", "0.1"]
+    assert "not unpacked" not in result.stderr

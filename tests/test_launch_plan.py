@@ -6,7 +6,7 @@ import pytest
 
 from conftest import run_train
 from dtc_entrypoint import launch
-from dtc_entrypoint.config import JobConfig, MpiConfig, mpi_config, natural_key
+from dtc_entrypoint.config import JobConfig, MpiConfig, mpi_config, natural_key, relocate
 from dtc_entrypoint.errors import ConfigError
 from dtc_entrypoint.program import Program
 
@@ -139,3 +139,11 @@ def test_train_plan_master_is_the_same_on_every_host_for_unsorted_groups(make_jo
     assert plans["algo-1"]["role"] == "launcher"
     assert plans["algo-2"]["role"] == plans["algo-3"]["role"] == "mpi-worker"
     assert "algo-1:1,algo-2:1,algo-3:1" in plans["algo-1"]["argv"]
+
+
+def test_container_paths_follow_a_relocated_base_dir():
+    assert relocate("/opt/ml/code", "/tmp/job/opt/ml") == "/tmp/job/opt/ml/code"
+    assert relocate("/opt/ml/input/data/code/sourcedir.tar.gz", "/x") == "/x/input/data/code/sourcedir.tar.gz"
+    assert relocate("s3://bucket/sourcedir.tar.gz", "/x") == "s3://bucket/sourcedir.tar.gz"
+    assert relocate("/opt/ml/code", "/opt/ml") == "/opt/ml/code"
+    assert relocate("/opt/mlx/code", "/x") == "/opt/mlx/code"

@@ -128,6 +128,16 @@ def base_dir_from(environ: Mapping[str, str]) -> str:
     return os.path.abspath(environ.get("SAGEMAKER_BASE_DIR") or DEFAULT_BASE_DIR)
 
 
+def relocate(path: str, base_dir: str) -> str:
+    """Maps a container path under ``/opt/ml`` into ``base_dir`` (the SDK writes container paths
+    such as ``/opt/ml/code`` or ``/opt/ml/input/data/code/sourcedir.tar.gz`` into
+    hyperparameters.json; a tree moved by ``SAGEMAKER_BASE_DIR`` keeps them meaningful)."""
+    prefix = DEFAULT_BASE_DIR + "/"
+    if base_dir != DEFAULT_BASE_DIR and (path == DEFAULT_BASE_DIR or path.startswith(prefix)):
+        return os.path.join(base_dir, path[len(prefix):])
+    return path
+
+
 def natural_key(host: str) -> list:
     """Sort key that orders ``algo-2`` before ``algo-10``."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", host)]
@@ -187,7 +197,7 @@ def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str
         num_gpus=env.num_gpus,
         num_cpus=env.num_cpus,
         program=str(program) if program not in (None, "", "None") else None,
-        submit_dir=str(env.module_dir),
+        submit_dir=relocate(str(env.module_dir), base_dir),
         code_dir=os.path.join(base_dir, "code"),
         user_hyperparameters=MappingProxyType(dict(env.hyperparameters)),
         framework_parameters=MappingProxyType(framework_parameters),
