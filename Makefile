@@ -8,6 +8,11 @@ VENV ?= $(CURDIR)/.venv
 PYTHON := $(VENV)/bin/python
 export PATH := $(VENV)/bin:$(PATH)
 
+# make image / make train: the image flavor (cpu | gpu) and tag; RUN_IN=image runs the job in
+# the image (the default), RUN_IN=host in the host's virtual environment.
+FLAVOR ?= cpu
+IMAGE ?= dtc:$(FLAVOR)
+RUN_IN ?= image
 # make train: the framework (pytorch | tensorflow), MPI processes on this host, epochs, and
 # where the local /opt/ml tree goes.
 FRAMEWORK ?= pytorch
@@ -20,7 +25,7 @@ PYTEST_ARGS ?=
 SETUP_STAMP := $(VENV)/.setup-complete
 SETUP_INPUTS := versions.env pyproject.toml scripts/setup-host.sh $(wildcard docker/*.sh docker/patches/*.patch)
 
-.PHONY: setup train test clean
+.PHONY: setup image train test clean
 
 $(SETUP_STAMP): $(SETUP_INPUTS)
 	scripts/setup-host.sh
@@ -28,15 +33,23 @@ $(SETUP_STAMP): $(SETUP_INPUTS)
 
 setup: $(SETUP_STAMP)
 
-train: $(SETUP_STAMP)
+# Builds with docker where a daemon runs, else buildah; reports time and size (scripts/build-image.sh).
+image: $(SETUP_STAMP)
+	FLAVOR=$(FLAVOR) IMAGE=$(IMAGE) scripts/build-image.sh
+
+train: $(SETUP_STAMP) $(if $(filter image,$(RUN_IN)),image)
 	@case "$(FRAMEWORK)" in pytorch|tensorflow) ;; *) echo "FRAMEWORK must be pytorch or tensorflow, got '$(FRAMEWORK)'" >&2; exit 2;; esac
 	$(PYTHON) -m dtc_local.job_tree $(JOB_DIR) --digits --program builtin:$(FRAMEWORK) \
 	  --mpi $(PROCESSES_PER_HOST) -p epochs=$(EPOCHS)
+ifeq ($(RUN_IN),image)
+	scripts/container.sh run --rm --shm-size 1g -v $(JOB_DIR):/opt/ml $(IMAGE) train
+else
 	SAGEMAKER_BASE_DIR=$(JOB_DIR) train
+endif
 	@echo "model written to $(JOB_DIR)/model:"; ls -l $(JOB_DIR)/model
 
-test: $(SETUP_STAMP)
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+test: $(SETUP_STAMP) image
+	DTC_IMAGE=$(IMAGE) $(PYTHON) -m pytest $(PYTEST_ARGS)
 
 clean:
 	rm -rf build .pytest_cache

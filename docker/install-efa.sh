@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# GPU flavor, INSTALL_EFA=true: AWS's EFA installer ($EFA_INSTALLER_VERSION), which brings
+# libfabric and the aws-ofi-nccl plugin NCCL uses on EFA instances (p4d, p5). Kernel modules
+# and limits are the host's business (--skip-kmod --skip-limit-conf).
+source "$(dirname "$0")/lib.sh"
+[ "${INSTALL_EFA:-false}" = true ] || { log "EFA not requested (INSTALL_EFA=${INSTALL_EFA:-false})"; exit 0; }
+[ "$FLAVOR" = gpu ] || die "INSTALL_EFA=true needs FLAVOR=gpu"
+apt_install curl ca-certificates
+work="$(mktemp -d)"
+curl -fsSL "https://efa-installer.amazonaws.com/aws-efa-installer-$EFA_INSTALLER_VERSION.tar.gz" | tar -xz -C "$work"
+(cd "$work/aws-efa-installer" && ./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify)
+rm -rf "$work" /var/lib/apt/lists/*
