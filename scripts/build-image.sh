@@ -37,9 +37,7 @@ PIP_CA="${PIP_CA-/etc/ssl/certs/ca-certificates.crt}"
 if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
   tool=(env DOCKER_BUILDKIT=1 docker build)
 else
-  export CONTAINERS_CONF="${CONTAINERS_CONF:-$REPO_DIR/build/containers.conf}"
-  printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=32768:32768"]\n[engine]\nruntime = "runc"\n' \
-    "$(ulimit -Hn)" "$(ulimit -Hn)" > "$CONTAINERS_CONF"
+  . scripts/podman-env.sh
   tool=(buildah bud --isolation chroot --layers --format docker)
   [ "$FLAVOR" = cpu ] && tool+=(--pull=never)
 fi

@@ -64,16 +64,11 @@ def run_train(base_dir: Path, *args: str, env: dict | None = None, timeout_s: fl
 
 @pytest.fixture
 def make_job(tmp_path):
-    """Writes a job tree: make_job(hyperparameters, program_files={name: text}, encoding=..., ...)."""
+    """Writes a job tree: make_job(hyperparameters, encoding=..., hosts=..., channels=...)."""
 
-    def make(hyperparameters: dict, program_files: dict | None = None, **kwargs) -> Path:
+    def make(hyperparameters: dict, **kwargs) -> Path:
         root = tmp_path / "opt" / "ml"
         job_tree.write(str(root), hyperparameters=hyperparameters, **kwargs)
-        if program_files:
-            source = tmp_path / "source"
-            source.mkdir(exist_ok=True)
-            for name, text in program_files.items():
-                (source / name).write_text(text)
         return root
 
     return make
