@@ -13,6 +13,7 @@ from dtc_entrypoint.program import Program
 
 def job(hosts=("algo-1",), current="algo-1", mpi=MpiConfig(), hps=None, **kwargs) -> JobConfig:
     hosts = tuple(sorted(hosts, key=natural_key))
+    kwargs.setdefault("strategy", "mpi" if mpi.enabled else "single")
     return JobConfig(
         base_dir="/opt/ml", current_host=current, hosts=hosts, distribution_hosts=hosts,
         master_host=hosts[0], network_interface="eth0", num_gpus=0, num_cpus=2,

@@ -16,14 +16,16 @@ import sys
 import traceback
 
 from . import config as job_config
-from . import launch, mpi_hosts, program, report, supervise
+from . import host_identity, launch, mpi_hosts, program, report, strategy, supervise
 from .errors import EXIT_CONFIG_ERROR, EXIT_INTERNAL_ERROR, ConfigError, ProgramNotFoundError
+from .plan import HOST_SPECIFIC_SM_VARS
 
 log = logging.getLogger("dtc")
 
 KNOWN_FRAMEWORK_PARAMETERS = {
-    job_config.MPI_ENABLED, job_config.MPI_PROCESSES_PER_HOST, job_config.MPI_NUM_PROCESSES,
-    job_config.MPI_CUSTOM_OPTIONS, "sagemaker_instance_type", "sagemaker_distribution_instance_groups",
+    *strategy.STRATEGY_FLAGS, *strategy.UNSUPPORTED_FLAGS,
+    job_config.MPI_PROCESSES_PER_HOST, job_config.MPI_NUM_PROCESSES, job_config.MPI_CUSTOM_OPTIONS,
+    "sagemaker_instance_type", "sagemaker_distribution_instance_groups",
 }
 
 
@@ -64,18 +66,27 @@ def run_job(plan_only: bool) -> int:
         log.warning("ignoring hyperparameters this image does not read: %s", ", ".join(unknown))
     prog, plan = _plan_for(config, fetch=not plan_only)
     if plan_only:
-        print(json.dumps(plan.to_dict(), indent=2))
+        print(json.dumps({"current_host": config.current_host, **plan.to_dict()}, indent=2))
         return 0
-    log.info("host %s: strategy=%s role=%s master=%s hosts=%s world_size=%d", config.current_host,
-             plan.strategy, plan.role, plan.master_host, ",".join(plan.hosts), plan.world_size)
-    if plan.role == "mpi-worker":
-        mpi_hosts.serve_as_worker(_env_seconds("DTC_MPI_WORKER_START_TIMEOUT_S", 600))
-        return 0
-    if plan.strategy == "mpi" and len(plan.hosts) > 1:
+    report.clear_status(config.output_dir)
+    log.info("host %s: strategy=%s role=%s master=%s (first of the sorted distribution hosts) hosts=%s "
+             "world_size=%d ranks here=%s tasks here=%s", config.current_host, plan.strategy, plan.role,
+             plan.master_host, ",".join(plan.hosts), plan.world_size, list(plan.ranks), list(plan.tasks))
+    if plan.strategy == strategy.MPI and len(plan.hosts) > 1:
+        # ranks started here by the master's mpirun load this host's identity (host_identity)
+        host_identity.write({k: v for k, v in config.sm_env.items() if k in HOST_SPECIFIC_SM_VARS},
+                            host_identity.host_env_file())
+        if plan.role == "mpi-worker":
+            mpi_hosts.serve_as_worker(plan.master_host, _env_seconds("DTC_MPI_WORKER_START_TIMEOUT_S", 600))
+            return 0
         mpi_hosts.ensure_sshd()
         workers = [h for h in plan.hosts if h != config.current_host]
-        mpi_hosts.wait_for_ports(workers, mpi_hosts.SSH_PORT, _env_seconds("DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S", 600))
-    result = supervise.run(plan.argv, plan.env, plan.workdir)
+        mpi_hosts.wait_for_workers(workers, _env_seconds("DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S", 600))
+    services = [supervise.start_service(s.name, s.argv, s.env, plan.workdir) for s in plan.services]
+    try:
+        result = supervise.run(plan.argv, plan.env, plan.workdir, services=services)
+    finally:
+        supervise.stop_services(services)
     if result.returncode == 0:
         report.write_success(config.output_dir)
         log.info("training succeeded; model directory %s", config.model_dir)

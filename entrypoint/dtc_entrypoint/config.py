@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from . import strategy as strategies
 from .errors import ConfigError
 from .hyperparameters import parse_bool, parse_positive_int
 
@@ -45,7 +46,8 @@ class MpiConfig:
     Attributes:
         enabled: ``sagemaker_mpi_enabled``.
         processes_per_host: ``sagemaker_mpi_num_of_processes_per_host``; default: the host's GPU
-            count, or 1 without GPUs (the toolkit's rule).
+            count, or 1 without GPUs (the toolkit's rule). The toolkit applies it to every
+            launcher, torchrun included, and so does this image.
         num_processes: ``sagemaker_mpi_num_processes`` (``-np``); default processes_per_host x hosts.
         custom_options: ``sagemaker_mpi_custom_mpi_options``, split like a shell would split it.
     """
@@ -79,6 +81,9 @@ class JobConfig:
             JSON-decoded where possible.
         framework_parameters: the other ``sagemaker_*`` hyperparameters (distribution switches).
         mpi: see ``MpiConfig``.
+        strategy: ``single``, ``mpi``, ``torch_distributed``, ``multi_worker_mirrored_strategy``
+            or ``parameter_server`` (``strategy.select``).
+        ports: the launchers' TCP ports (``strategy.Ports``).
         sm_env: the ``SM_*`` variables sagemaker-training's ``Environment.to_env_vars`` defines.
         inherited_names: variables of the container's environment to forward to every rank
             (``forwarded_names``).
@@ -100,6 +105,8 @@ class JobConfig:
     user_hyperparameters: Mapping[str, object]
     framework_parameters: Mapping[str, object]
     mpi: MpiConfig
+    strategy: str = strategies.SINGLE
+    ports: strategies.Ports = strategies.Ports()
     sm_env: Mapping[str, str] = field(default_factory=dict)
     inherited_names: tuple[str, ...] = ("PATH",)
     python: str = sys.executable
@@ -121,6 +128,16 @@ class JobConfig:
     @property
     def is_master(self) -> bool:
         return self.current_host == self.master_host
+
+    @property
+    def processes_per_host(self) -> int:
+        """Processes per host for every launcher (``sagemaker_mpi_num_of_processes_per_host``)."""
+        return self.mpi.processes_per_host
+
+    @property
+    def host_index(self) -> int:
+        """This host's position in ``distribution_hosts`` (its node rank); -1 outside them."""
+        return self.distribution_hosts.index(self.current_host) if self.is_distributed_host else -1
 
 
 def base_dir_from(environ: Mapping[str, str]) -> str:
@@ -186,6 +203,7 @@ def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str
             key="instance_groups",
         )
     framework_parameters = dict(env.additional_framework_parameters)
+    user_hyperparameters = dict(env.hyperparameters)
     program = env.user_entry_point
     return JobConfig(
         base_dir=base_dir,
@@ -199,9 +217,11 @@ def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str
         program=str(program) if program not in (None, "", "None") else None,
         submit_dir=relocate(str(env.module_dir), base_dir),
         code_dir=os.path.join(base_dir, "code"),
-        user_hyperparameters=MappingProxyType(dict(env.hyperparameters)),
+        user_hyperparameters=MappingProxyType(user_hyperparameters),
         framework_parameters=MappingProxyType(framework_parameters),
         mpi=mpi_config(framework_parameters, env.num_gpus),
+        strategy=strategies.select(framework_parameters, user_hyperparameters),
+        ports=strategies.ports_from(environ),
         sm_env=MappingProxyType(dict(env.to_env_vars())),
         inherited_names=forwarded_names(environ),
         python=python,

@@ -3,28 +3,31 @@
 SageMaker starts every host's container with ``train``. On the master, mpirun reaches the
 other hosts over ssh (port 22) and starts ORTE's ``orted`` there; a worker host therefore only
 runs sshd and waits, the way sagemaker-training's ``mpi.WorkerRunner`` does, but with bounded
-waits: it leaves when its ``orted`` processes have ended instead of polling for a status file
-for 20 minutes (sagemaker-contract.md c.1).
+waits: it leaves when its ``orted`` processes have ended, or when the master's sshd has gone
+away before starting any, instead of polling for a status file for 20 minutes
+(sagemaker-contract.md c.1).
 """
 
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import psutil
+
+from . import peers
 
 log = logging.getLogger(__name__)
 
 SSH_PORT = 22
 POLL_S = 1.0
+MASTER_CHECK_EVERY_S = 5.0
 
 
 def ensure_sshd() -> None:
-    """Starts ``sshd`` unless one is listening already (images configure it; see Dockerfile)."""
+    """Starts ``sshd`` unless one is running already (images configure it; see Dockerfile)."""
     if any(p.info["name"] == "sshd" for p in psutil.process_iter(["name"])):
         return
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -34,53 +37,45 @@ def ensure_sshd() -> None:
     subprocess.run([sshd], check=True)
 
 
-def wait_for_ports(hosts: Sequence[str], port: int, timeout_s: float,
-                   clock: Callable[[], float] = time.monotonic) -> None:
-    """Waits until every host accepts TCP connections on ``port``.
+def wait_for_workers(workers: list[str], timeout_s: float) -> None:
+    """The master's wait for every worker's sshd (``DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S``).
 
     Raises:
-        TimeoutError: naming the hosts still unreachable after ``timeout_s`` seconds.
+        TimeoutError: naming the unreachable hosts.
     """
-    deadline = clock() + timeout_s
-    pending = list(hosts)
-    while pending:
-        pending = [h for h in pending if not _accepts(h, port)]
-        if pending and clock() > deadline:
-            raise TimeoutError(
-                f"hosts {pending} did not accept ssh on port {port} within {timeout_s:.0f} s: "
-                "check the security group allows traffic between the job's hosts, or raise "
-                "DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S")
-        if pending:
-            time.sleep(POLL_S)
+    peers.wait_for_ports(workers, SSH_PORT, timeout_s, "ssh", "raise DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S")
 
 
-def _accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=2):
-            return True
-    except OSError:
-        return False
+def _orted() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "orted"]
 
 
-def serve_as_worker(start_timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
     """Runs sshd, waits for the master's mpirun to start ``orted`` here, and returns once every
     ``orted`` has exited.
 
     Raises:
-        TimeoutError: no ``orted`` appeared within ``start_timeout_s`` seconds (the master failed
-            before launching, or cannot reach this host).
+        TimeoutError: no ``orted`` appeared within ``start_timeout_s`` seconds.
+        RuntimeError: the master's sshd answered and then went away before starting ``orted``
+            here (its job ended or failed first).
     """
     ensure_sshd()
     deadline = clock() + start_timeout_s
-    log.info("MPI worker: sshd is up; waiting up to %.0f s for the master's mpirun", start_timeout_s)
-    while True:
-        daemons = [p for p in psutil.process_iter(["name"]) if p.info["name"] == "orted"]
-        if daemons:
-            break
+    log.info("MPI worker: sshd is up; waiting up to %.0f s for the master %s to start mpirun", start_timeout_s,
+             master_host)
+    master_seen, next_check = False, clock()
+    while not (daemons := _orted()):
         if clock() > deadline:
             raise TimeoutError(
-                f"the MPI master did not start processes on this host within {start_timeout_s:.0f} s; "
+                f"the MPI master {master_host} did not start processes on this host within {start_timeout_s:.0f} s; "
                 "see the master host's log (raise DTC_MPI_WORKER_START_TIMEOUT_S if it starts slowly)")
+        if clock() >= next_check:
+            next_check = clock() + MASTER_CHECK_EVERY_S
+            up = peers.accepts(master_host, SSH_PORT)
+            if master_seen and not up and not _orted():
+                raise RuntimeError(f"the MPI master {master_host} went away before starting processes on this "
+                                   "host; see the master host's log")
+            master_seen = master_seen or up
         time.sleep(POLL_S)
     log.info("MPI worker: mpirun's daemon is running; waiting for it to finish")
     psutil.wait_procs(daemons)

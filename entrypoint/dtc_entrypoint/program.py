@@ -2,7 +2,8 @@
 
 ``sagemaker_program`` / ``SAGEMAKER_PROGRAM`` names it:
 
-* ``builtin:pytorch`` or ``builtin:tensorflow``: this image's trainers (``dtc_train``);
+* ``builtin:pytorch`` or ``builtin:tensorflow``: this image's trainers (``dtc_train``), the one
+  written for the job's strategy (``BUILTIN_TRAINERS``);
 * ``train.py``: a Python script in the submit directory (its ``requirements.txt`` is installed);
 * a name next to a ``setup.py``: the package is installed and run as ``python -m <name>``;
 * ``train.sh`` or any other file: run as an executable (``/bin/sh`` when it has no ``#!``).
@@ -17,13 +18,25 @@ import logging
 import os
 from dataclasses import dataclass
 
+from . import strategy as strategies
 from .config import JobConfig
 from .errors import ConfigError, ProgramNotFoundError
 
 BUILTIN_PREFIX = "builtin:"
+# framework -> strategy -> trainer module. Hosts outside a heterogeneous job's distribution
+# groups run the ``single`` entry.
 BUILTIN_TRAINERS = {
-    "pytorch": "dtc_train.pytorch_horovod",
-    "tensorflow": "dtc_train.tensorflow_horovod",
+    "pytorch": {
+        strategies.SINGLE: "dtc_train.pytorch_horovod",
+        strategies.MPI: "dtc_train.pytorch_horovod",
+        strategies.TORCH_DISTRIBUTED: "dtc_train.pytorch_ddp",
+    },
+    "tensorflow": {
+        strategies.SINGLE: "dtc_train.tensorflow_horovod",
+        strategies.MPI: "dtc_train.tensorflow_horovod",
+        strategies.MULTI_WORKER_MIRRORED: "dtc_train.tensorflow_mwms",
+        strategies.PARAMETER_SERVER: "dtc_train.tensorflow_ps",
+    },
 }
 
 log = logging.getLogger(__name__)
@@ -48,21 +61,32 @@ class Program:
 
 
 def builtin(config: JobConfig) -> Program | None:
-    """The built-in trainer named by ``config.program``, or ``None`` for user code.
+    """The built-in trainer named by ``config.program`` for the job's strategy, or ``None`` for
+    user code.
 
     Raises:
-        ProgramNotFoundError: ``builtin:`` with an unknown name.
+        ConfigError: ``builtin:`` with an unknown name, or a framework without a trainer for
+            the strategy (``builtin:pytorch`` under parameter_server).
     """
     if not config.program or not config.program.startswith(BUILTIN_PREFIX):
         return None
     name = config.program[len(BUILTIN_PREFIX):]
     if name not in BUILTIN_TRAINERS:
-        raise ProgramNotFoundError(
+        raise ConfigError(
             f"sagemaker_program {config.program!r} names no built-in trainer: use one of "
             + ", ".join(BUILTIN_PREFIX + n for n in BUILTIN_TRAINERS),
             key="sagemaker_program",
         )
-    return Program(config.program, True, ("-m", BUILTIN_TRAINERS[name]), config.code_dir)
+    strategy = config.strategy if config.is_distributed_host else strategies.SINGLE
+    trainers = BUILTIN_TRAINERS[name]
+    if strategy not in trainers:
+        fits = [f"{BUILTIN_PREFIX}{n}" for n, by_strategy in BUILTIN_TRAINERS.items() if strategy in by_strategy]
+        raise ConfigError(
+            f"sagemaker_program {config.program!r} has no trainer for the {strategy} strategy: use "
+            f"{' or '.join(fits)}, or one of the strategies {', '.join(s for s in trainers if s != strategies.SINGLE)}",
+            key="sagemaker_program",
+        )
+    return Program(config.program, True, ("-m", trainers[strategy]), config.code_dir)
 
 
 def classify(config: JobConfig) -> Program:

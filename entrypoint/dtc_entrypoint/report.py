@@ -97,3 +97,12 @@ def write_success(output_dir: str) -> str:
     path = os.path.join(output_dir, "success")
     _atomic_write(path, "")
     return path
+
+
+def clear_status(output_dir: str) -> None:
+    """Removes ``success`` and ``failure`` left by an earlier run of a reused local tree (the
+    service starts every job with an empty output directory)."""
+    for name in ("success", "failure"):
+        path = os.path.join(output_dir, name)
+        if os.path.exists(path):
+            os.remove(path)

@@ -1,6 +1,7 @@
 """Runs a launch plan's command and watches it: output streaming, signal forwarding, exit code.
 
-The child gets its own process group. SIGTERM and SIGINT sent to the entrypoint (SageMaker's
+The plan's services (parameter servers) start first and are stopped once the command has ended.
+Each child gets its own process group. SIGTERM and SIGINT sent to the entrypoint (SageMaker's
 stop and spot interruption send SIGTERM, then SIGKILL 120 s later) are forwarded to that whole
 group, so mpirun and every local rank see them; the toolkit forwards nothing (toolkit #125).
 If the group is still alive ``kill_after_s`` after the first signal, it is killed.
@@ -51,11 +52,33 @@ def _pump(stream, sink, tail: collections.deque) -> None:
     stream.close()
 
 
-def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s: float = 110.0) -> RunResult:
+def start_service(name: str, argv: Sequence[str], env: Mapping[str, str], workdir: str) -> subprocess.Popen:
+    """Starts a service in its own process group, output inherited."""
+    log.info("starting service %s: %s", name, " ".join(argv))
+    return subprocess.Popen(list(argv), env={**os.environ, **env}, cwd=workdir, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def stop_services(services: Sequence[subprocess.Popen], grace_s: float = 10.0) -> None:
+    """SIGTERM to each service's group; SIGKILL for those still running after ``grace_s``."""
+    for proc in services:
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+    for proc in services:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s: float = 110.0,
+        services: Sequence[subprocess.Popen] = ()) -> RunResult:
     """Runs ``argv`` (no shell) with ``os.environ`` plus ``env`` in ``workdir`` and waits.
 
     stdout is inherited (no copy, no buffering); stderr passes through a pipe so its tail can
-    name the error. Returns when the process has exited.
+    name the error. Signals received are forwarded to ``services`` too, which are stopped
+    (``stop_services``) when the command has exited. Returns then.
 
     Raises:
         FileNotFoundError / PermissionError: the command cannot be executed.
@@ -81,7 +104,8 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
             timer.daemon = True
             timer.start()
             killer.append(timer)
-        _signal_group(child.pid, signum)
+        for pid in [child.pid] + [s.pid for s in services]:
+            _signal_group(pid, signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
     try:
@@ -91,6 +115,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
             signal.signal(sig, handler)
         for timer in killer:
             timer.cancel()
+        stop_services(services)
     pump.join(timeout=10)
     return RunResult(returncode, tuple(tail), received[0] if received else None)
 

@@ -37,6 +37,9 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
     parser.add_argument("--validation-channel", default="validation")
     parser.add_argument("--model-dir", default=contract.model_dir())
     parser.add_argument("--checkpoint-dir", default=contract.checkpoint_dir())
+    parser.add_argument("--model_dir", dest="estimator_model_dir", metavar="URI",
+                        help="accepted because SageMaker's TensorFlow estimator always passes it (an s3:// "
+                             "URI by default); the model is saved to --model-dir, which SageMaker uploads")
     parser.add_argument("--data-device", choices=("auto", "cpu", "gpu"), default="auto",
                         help="where DALI decodes: gpu when one is visible (auto), or forced")
     parser.add_argument("--dali-threads", type=int, default=2)

@@ -6,6 +6,7 @@ details, so they run the same under mpirun, torchrun or as a plain process.
 
 import json
 import os
+import socket
 
 DEFAULT_BASE_DIR = "/opt/ml"
 
@@ -35,3 +36,8 @@ def checkpoint_dir() -> str:
         if local_path:
             return local_path
     return os.path.join(base_dir(), "checkpoints")
+
+
+def current_host() -> str:
+    """``$SM_CURRENT_HOST`` (the host this process runs on, ``algo-N``), else the hostname."""
+    return os.environ.get("SM_CURRENT_HOST") or socket.gethostname()

@@ -19,8 +19,7 @@ import os
 import sys
 import time
 
-os.environ["TF_USE_LEGACY_KERAS"] = "1"   # before TensorFlow is imported (see module docstring)
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from . import tf_env  # noqa: F401  (before TensorFlow: selects Keras 2)
 
 import horovod  # noqa: E402
 import horovod.tensorflow.keras as hvd  # noqa: E402
@@ -28,23 +27,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from . import common, contract, dali_data  # noqa: E402
-
-IMAGE_SHAPE = (8, 8, 1)   # height, width, channels; float32 in [0, 1]
-NUM_CLASSES = 10
-
-
-def build_model() -> keras.Model:
-    """[B, 8, 8, 1] -> [B, 10] logits: the same network as ``torch_model.DigitsNet``."""
-    return keras.Sequential([
-        keras.layers.Input(IMAGE_SHAPE),
-        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Flatten(),
-        keras.layers.Dense(128, activation="relu"),
-        keras.layers.Dense(NUM_CLASSES),
-    ], name="digits_net")
+from . import common, contract, dali_data, tf_model  # noqa: E402
+from .tf_model import IMAGE_SHAPE, build_model  # noqa: E402
 
 
 def _use_gpu(args) -> int | None:
@@ -87,10 +71,8 @@ class EpochReport(keras.callbacks.Callback):
             images, labels = next(self.val_batches)
             real = self.shard.real_samples(index)
             logits = self.model(images[:real], training=False)
-            labels = tf.reshape(labels[:real], [-1])
-            loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-            correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1, output_type=tf.int32) == labels, tf.float64))
-            sums += [float(tf.reduce_sum(loss)), float(correct), real]
+            loss_sum, correct = tf_model.sparse_metrics(logits, tf.reshape(labels[:real], [-1]))
+            sums += [loss_sum, correct, real]
         loss_sum, correct, count = hvd.allreduce(tf.constant(sums), op=hvd.Sum, name="validation_sums").numpy()
         return loss_sum / count, correct / count, int(count)
 
@@ -118,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
 
     data = dali_data.rank_data(contract.channel_dir(args.train_channel), contract.channel_dir(args.validation_channel),
                                args.batch_size, rank, size)
-    common.log.info("TensorFlow %s (tf-keras %s), Horovod %s: rank %d/%d; %s; DALI decodes on %s", tf.__version__,
-                    keras.__version__, horovod.__version__, rank, size, data.describe(),
+    common.log.info("TensorFlow %s (tf-keras %s), Horovod %s: rank %d/%d (host %s); %s; DALI decodes on %s",
+                    tf.__version__, keras.__version__, horovod.__version__, rank, size, contract.current_host(),
+                    data.describe(),
                     "gpu" if device_id is not None else "cpu")
     train_pipe, val_pipe = data.pipelines(args.batch_size, rank, size, device_id=device_id, layout="HWC",
                                           seed=args.seed, num_threads=args.dali_threads)
@@ -140,14 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     digest = common.weights_digest(model.get_weights())
     common.emit(f"rank={rank} world_size={size} final_weights_sha256={digest}")
     if rank == 0:
-        saved_model = os.path.join(args.model_dir, "1")
-        common.atomic_write_tree(saved_model, lambda tmp: model.save(tmp, save_format="tf", include_optimizer=False))
-        common.write_json(os.path.join(args.model_dir, "model.json"), {
-            "framework": "tensorflow", "format": "SavedModel", "path": "1",
-            "input_shape": list(IMAGE_SHAPE), "input_scale": "pixel / 255",
-            "classes": [str(c) for c in range(NUM_CLASSES)], "val_accuracy": report.last.get("val_accuracy"),
-            "epochs": args.epochs, "world_size": size})
-        common.log.info("saved %s", saved_model)
+        tf_model.save(model, args.model_dir, val_accuracy=report.last.get("val_accuracy"), epochs=args.epochs,
+                      world_size=size, strategy="horovod")
     hvd.allreduce(tf.constant(0.0), name="finished")   # every rank leaves after rank 0 has saved
     return 0
 

@@ -1,0 +1,114 @@
+"""The launch plan: what one host runs, as data. Built by the pure ``launch*`` functions,
+printed by ``train --plan`` and executed by ``supervise``, so a printed plan and a real run
+cannot drift apart."""
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .config import JobConfig
+from .hyperparameters import to_argv
+from .program import Program
+
+# SM_* variables that describe *this* host. They are not forwarded from the MPI master to the
+# other hosts' ranks (sagemaker-training forwards them all, so every rank saw the master's
+# SM_CURRENT_HOST: aws/sagemaker-training-toolkit#158); ranks on other hosts get their own.
+HOST_SPECIFIC_SM_VARS = frozenset({
+    "SM_CURRENT_HOST", "SM_CURRENT_INSTANCE_TYPE", "SM_CURRENT_INSTANCE_GROUP",
+    "SM_CURRENT_INSTANCE_GROUP_HOSTS", "SM_TRAINING_ENV", "SM_RESOURCE_CONFIG",
+})
+
+
+@dataclass(frozen=True)
+class Service:
+    """A process a host runs beside its main command (a TensorFlow parameter server), started
+    before it and stopped when it ends.
+
+    Attributes:
+        name: for logs (``ps:0``).
+        argv: the command (no shell).
+        env: variables added to the inherited environment (its own ``TF_CONFIG``).
+    """
+
+    name: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "argv": list(self.argv), "env": dict(self.env)}
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What this host runs.
+
+    Attributes:
+        strategy: ``single``, ``mpi``, ``torch_distributed``, ``multi_worker_mirrored_strategy``
+            or ``parameter_server``.
+        role: ``launcher`` (runs the job's command), ``mpi-worker`` (only serves mpirun's remote
+            daemons; ``argv`` is empty), ``chief`` or ``tf-server`` (parameter-server hosts).
+        argv: the main command, never passed through a shell.
+        env: variables added to the inherited environment.
+        workdir: the directory the commands run in.
+        hosts: the hosts taking part, in node-rank order (master first).
+        master_host: the host that coordinates (mpirun, torchrun's store, the chief, worker 0).
+        processes_per_host / world_size: data-parallel processes per host and in all.
+        ranks: the global ranks this host's processes get.
+        tasks: TensorFlow cluster tasks on this host (``chief:0``, ``ps:1``, ``worker:0``).
+        tf_config: the main command's ``TF_CONFIG`` (also in ``env``), or ``None``.
+        services: processes started before ``argv`` and stopped after it.
+    """
+
+    strategy: str
+    role: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str
+    hosts: tuple[str, ...]
+    master_host: str
+    processes_per_host: int = 1
+    world_size: int = 1
+    ranks: tuple[int, ...] = (0,)
+    tasks: tuple[str, ...] = ()
+    tf_config: Mapping | None = None
+    services: tuple[Service, ...] = ()
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (for ``train --plan`` and logs)."""
+        return {
+            "strategy": self.strategy, "role": self.role, "master_host": self.master_host,
+            "hosts": list(self.hosts), "processes_per_host": self.processes_per_host,
+            "world_size": self.world_size, "ranks": list(self.ranks), "tasks": list(self.tasks),
+            "argv": list(self.argv), "env": dict(self.env), "workdir": self.workdir,
+            "tf_config": json.loads(json.dumps(self.tf_config)) if self.tf_config is not None else None,
+            "services": [s.to_dict() for s in self.services],
+        }
+
+
+def job_env(config: JobConfig, program: Program) -> dict[str, str]:
+    """The variables every launcher adds: the toolkit's ``SM_*`` set (with ``SM_USER_ARGS`` in
+    our argv form), ``PYTHONPATH`` led by the code directory, and unbuffered Python output."""
+    env = dict(config.sm_env)
+    env["SM_USER_ARGS"] = json.dumps(to_argv(config.user_hyperparameters))
+    env["SM_USER_ENTRY_POINT"] = program.name
+    env["SAGEMAKER_BASE_DIR"] = config.base_dir
+    env["PYTHONPATH"] = config.code_dir
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def program_argv(config: JobConfig, program: Program, under_mpi4py: bool = False) -> list[str]:
+    """The program with its interpreter and the user's hyperparameters as arguments."""
+    if program.is_python:
+        runner = [config.python, "-m", "mpi4py"] if under_mpi4py else [config.python]
+        return runner + list(program.argv) + to_argv(config.user_hyperparameters)
+    return list(program.argv) + to_argv(config.user_hyperparameters)
+
+
+def network_env(config: JobConfig) -> dict[str, str]:
+    """Pins NCCL and Gloo to the job's interface when several hosts take part (as the toolkit
+    does for NCCL; sagemaker-contract.md c.1, c.3)."""
+    if len(config.distribution_hosts) < 2:
+        return {}
+    iface = config.network_interface
+    return {"NCCL_SOCKET_IFNAME": iface, "GLOO_SOCKET_IFNAME": iface}

@@ -1,0 +1,56 @@
+"""A TensorFlow cluster task that only serves: a parameter server or a ParameterServerStrategy
+worker (``tf.distribute.Server`` for the task ``TF_CONFIG`` names).
+
+Started by ``launch_tf.parameter_server_plan``, never by the dispatcher process itself (which
+does not import TensorFlow). Without ``--until-closed`` it serves until stopped (a service the
+supervisor ends); with ``--until-closed HOST:PORT`` it first waits for that address to open
+(``DTC_TF_SERVER_START_TIMEOUT_S``, default 600 s) and exits 0 once it has closed: the chief's
+host closes its parameter server when training ends.
+
+Usage: ``python -m dtc_entrypoint.tf_server [--until-closed HOST:PORT]``.
+"""
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from . import peers
+
+log = logging.getLogger("dtc.tf_server")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--until-closed", metavar="HOST:PORT", help="serve until this address closes")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s [tf_server] %(message)s", stream=sys.stderr)
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf  # noqa: PLC0415  (only in this process)
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    # A worker runs the coordinator's functions concurrently: give it enough inter-op threads
+    # (TensorFlow's parameter-server tutorial) even on a 2-core host.
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=max(4, os.cpu_count() or 1))
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name=task["type"], task_index=task["index"],
+                                  protocol=resolver.rpc_layer or "grpc", config=config, start=True)
+    log.info("serving %s:%d at %s", task["type"], task["index"], server.target)
+    if not args.until_closed:
+        server.join()
+        return 0
+    host, _, port = args.until_closed.rpartition(":")
+    timeout_s = float(os.environ.get("DTC_TF_SERVER_START_TIMEOUT_S") or 600)
+    peers.wait_for_ports([host], int(port), timeout_s, "the chief's parameter server",
+                         "raise DTC_TF_SERVER_START_TIMEOUT_S")
+    log.info("the chief's host %s is up; serving until it closes", args.until_closed)
+    peers.wait_until_closed(host, int(port))
+    log.info("%s closed: training has ended", args.until_closed)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)   # the server's threads never stop on their own; leave without joining them
+
+
+if __name__ == "__main__":
+    sys.exit(main())

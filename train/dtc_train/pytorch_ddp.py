@@ -1,0 +1,80 @@
+"""Built-in trainer: PyTorch DistributedDataParallel, input through NVIDIA DALI.
+
+Run by torchrun (``train`` with ``sagemaker_torch_distributed_enabled``), which sets ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK`` and the store address (``MASTER_ADDR``/``MASTER_PORT``); alone it
+runs as one rank. The process group uses NCCL on GPUs and Gloo on CPUs. Each rank reads its
+shard of the training channel; DDP broadcasts rank 0's initial weights and averages gradients
+in its backward hooks; validation accuracy is summed exactly over the validation shards. Rank 0
+logs one metric line per epoch, writes an atomic checkpoint each epoch, and saves ``model.pth``
+(the state dict of the wrapped module) with ``model.json``.
+
+Hyperparameters: see ``dtc_train.common.parse_args``.
+"""
+
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from . import common, contract, dali_data, torch_common, torch_model
+
+
+def _allreduce_sum_on(device: torch.device) -> torch_common.AllReduceSum:
+    """A sum over all ranks that runs on the process group's device (NCCL needs CUDA tensors)."""
+
+    def allreduce_sum(tensor: torch.Tensor, name: str) -> torch.Tensor:
+        work = tensor.to(device)
+        dist.all_reduce(work, op=dist.ReduceOp.SUM)
+        return work.cpu()
+
+    return allreduce_sum
+
+
+def _init_process_group(device: torch.device) -> None:
+    """Joins torchrun's group (env:// rendezvous), or makes a one-rank group when run alone."""
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=os.environ.get("MASTER_PORT", "29500"))
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=datetime.timedelta(minutes=10),
+                            device_id=device if device.type == "cuda" else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch_common.device_for(args.data_device, local_rank)
+    _init_process_group(device)
+    rank, size = dist.get_rank(), dist.get_world_size()
+    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    common.configure_logging(rank)
+    torch.manual_seed(args.seed)
+    dali_device_id = local_rank if device.type == "cuda" else None
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_size))
+
+    data = dali_data.rank_data(contract.channel_dir(args.train_channel), contract.channel_dir(args.validation_channel),
+                               args.batch_size, rank, size)
+    common.log.info("PyTorch %s DDP (%s): rank %d/%d on %s (host %s); %s; DALI decodes on %s", torch.__version__,
+                    dist.get_backend(), rank, size, device, contract.current_host(), data.describe(),
+                    "gpu" if dali_device_id is not None else "cpu")
+    train_pipe, val_pipe = data.pipelines(args.batch_size, rank, size, device_id=dali_device_id, layout="CHW",
+                                          seed=args.seed, num_threads=args.dali_threads)
+
+    module = torch_model.DigitsNet().to(device)
+    model = DistributedDataParallel(module, device_ids=[local_rank] if device.type == "cuda" else None)
+    # DDP averages gradients; the linear scaling rule multiplies the rate by the world size.
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
+
+    val_accuracy = torch_common.fit(args, model, optimizer, data, torch_common.batches(train_pipe, device),
+                                    torch_common.batches(val_pipe, device), rank, _allreduce_sum_on(device))
+    torch_common.finish(args, module, rank, size, val_accuracy)
+    dist.barrier()   # every rank leaves after rank 0 has saved
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

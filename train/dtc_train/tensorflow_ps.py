@@ -1,0 +1,108 @@
+"""Built-in trainer: TensorFlow 2 ``ParameterServerStrategy`` with a ``ClusterCoordinator``
+(asynchronous training: variables on the parameter servers, steps on the workers).
+
+Run as the chief with ``TF_CONFIG`` naming ``chief``, ``worker`` and ``ps`` tasks (``train``
+with ``sagemaker_parameter_server_enabled`` writes it and starts the servers;
+``dtc_entrypoint.launch_tf``). The chief reads the training channel into memory and the
+coordinator creates a per-worker ``tf.data`` pipeline from it (the data travels with the
+dataset function, so workers need no files); each scheduled step takes a batch of
+``--batch-size`` on one worker. After each epoch (``ceil(samples / batch_size)`` steps,
+``coordinator.join()``) the chief copies the variables into a local model and scores the whole
+validation channel exactly; it logs the metric line, writes an atomic checkpoint, and at the end
+saves the SavedModel to ``<model_dir>/1``. Only the chief writes files.
+
+Hyperparameters: see ``dtc_train.common.parse_args``. The learning rate is not scaled: each
+worker applies its own updates.
+"""
+
+import math
+import os
+import sys
+import time
+
+from . import tf_env  # noqa: F401  (before TensorFlow: selects Keras 2)
+
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+from . import common, contract, image_folder, tf_model  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    common.configure_logging(0)
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if resolver.task_type != "chief":
+        raise SystemExit(f"TF_CONFIG names task {resolver.task_type!r}: this trainer runs as the chief; "
+                         "workers and parameter servers run dtc_entrypoint.tf_server")
+    tf.keras.utils.set_random_seed(args.seed)
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    cluster = resolver.cluster_spec().as_dict()
+    workers, servers = len(cluster.get("worker", [])), len(cluster.get("ps", []))
+
+    train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel))
+    val_images, val_labels = image_folder.load(contract.channel_dir(args.validation_channel))
+    steps = math.ceil(len(train_labels) / args.batch_size)
+    common.log.info("TensorFlow %s ParameterServerStrategy: chief on %s, %d workers, %d parameter servers; "
+                    "%d training images (%d steps/epoch), %d validation images", tf.__version__,
+                    contract.current_host(), workers, servers, len(train_labels), steps, len(val_labels))
+
+    def dataset_fn(_input_context=None):
+        return (tf.data.Dataset.from_tensor_slices((train_images, train_labels))
+                .shuffle(len(train_labels), seed=args.seed).repeat()
+                .batch(args.batch_size, drop_remainder=True).prefetch(2))
+
+    with strategy.scope():
+        model = tf_model.build_model()
+        optimizer = keras.optimizers.SGD(learning_rate=args.learning_rate, momentum=args.momentum)
+        loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=tf.VariableAggregation.SUM)
+        correct = tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=tf.VariableAggregation.SUM)
+        seen = tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=tf.VariableAggregation.SUM)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
+
+    @tf.function
+    def train_step(iterator):
+        def replica_fn(images, labels):
+            with tf.GradientTape() as tape:
+                logits = model(images, training=True)
+                loss = tf.reduce_mean(loss_fn(labels, logits))   # one worker's batch: its own mean
+            optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+            batch = tf.cast(tf.shape(labels)[0], tf.float64)
+            loss_sum.assign_add(tf.cast(loss, tf.float64) * batch)
+            correct.assign_add(tf.reduce_sum(tf.cast(
+                tf.argmax(logits, 1, output_type=tf.int32) == labels, tf.float64)))
+            seen.assign_add(batch)
+
+        images, labels = next(iterator)
+        strategy.run(replica_fn, args=(images, labels))
+
+    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+    local = tf_model.build_model()   # the chief's copy for validation and saving
+    val_accuracy = 0.0
+    for epoch in range(1, args.epochs + 1):
+        started = time.perf_counter()
+        for variable in (loss_sum, correct, seen):
+            variable.assign(0.0)
+        for _ in range(steps):
+            coordinator.schedule(train_step, args=(iterator,))
+        coordinator.join()
+        local.set_weights(model.get_weights())
+        val_loss_sum, val_correct = tf_model.sparse_metrics(local(val_images, training=False), val_labels)
+        val_accuracy = val_correct / len(val_labels)
+        count = float(seen.numpy())
+        common.emit(common.METRIC_LINE.format(
+            epoch=epoch, epochs=args.epochs, train_loss=float(loss_sum.numpy()) / count,
+            train_accuracy=float(correct.numpy()) / count, val_loss=val_loss_sum / len(val_labels),
+            val_accuracy=val_accuracy, val_samples=len(val_labels), epoch_seconds=time.perf_counter() - started))
+        common.atomic_write(os.path.join(args.checkpoint_dir, "checkpoint.weights.h5"), local.save_weights)
+        common.write_json(os.path.join(args.checkpoint_dir, "checkpoint.json"), {"epoch": epoch})
+
+    common.emit(f"rank=0 world_size={workers} final_weights_sha256={common.weights_digest(local.get_weights())}")
+    tf_model.save(local, args.model_dir, val_accuracy=val_accuracy, epochs=args.epochs, world_size=workers,
+                  strategy="parameter_server")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""What the PyTorch trainers share, whatever library averages their gradients: the device,
+DALI batches as tensors, the training epoch, exact sharded validation, and the saved model."""
+
+import os
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from . import common, dali_data, torch_model
+
+# Sums a float64 tensor over all ranks and returns the result (hvd.allreduce or dist.all_reduce).
+AllReduceSum = Callable[[torch.Tensor, str], torch.Tensor]
+
+
+def device_for(data_device: str, local_rank: int) -> torch.device:
+    """``cuda:<local_rank>`` when a GPU is wanted and visible (``--data-device``), else CPU."""
+    if data_device == "gpu" or (data_device == "auto" and torch.cuda.is_available()):
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def batches(pipe, device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless (images float32 [B, 1, 8, 8], labels int64 [B]) batches from a built DALI pipeline."""
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+    for batch in DALIGenericIterator([pipe], ["images", "labels"], size=-1, auto_reset=True):
+        data = batch[0]
+        yield data["images"].to(device), data["labels"].to(device).view(-1).long()
+
+
+def train_epoch(model, optimizer, train_batches, steps: int) -> torch.Tensor:
+    """``steps`` optimizer steps; returns this rank's float64 [loss sum, correct, samples]."""
+    sums = torch.zeros(3, dtype=torch.float64)
+    for _ in range(steps):
+        images, labels = next(train_batches)
+        optimizer.zero_grad()
+        logits = model(images)
+        loss = F.cross_entropy(logits, labels)
+        loss.backward()
+        optimizer.step()
+        sums += torch.tensor([loss.item() * len(labels), (logits.argmax(1) == labels).sum().item(),
+                              len(labels)], dtype=torch.float64)
+    return sums
+
+
+def evaluate(model, val_batches, shard: dali_data.Shard, allreduce_sum: AllReduceSum) -> tuple[float, float, int]:
+    """Loss and accuracy over the whole validation set: each rank scores its shard (dropping
+    the padding of its last batch) and the sums are all-reduced. Returns (loss, accuracy, n)."""
+    model.eval()
+    sums = torch.zeros(3, dtype=torch.float64)
+    with torch.no_grad():
+        for index in range(shard.batches):
+            images, labels = next(val_batches)
+            real = shard.real_samples(index)
+            logits = model(images[:real])
+            sums += torch.tensor([
+                F.cross_entropy(logits, labels[:real], reduction="sum").item(),
+                (logits.argmax(1) == labels[:real]).sum().item(), real], dtype=torch.float64)
+    loss_sum, correct, count = allreduce_sum(sums, "validation_sums").tolist()
+    model.train()
+    return loss_sum / count, correct / count, int(count)
+
+
+def fit(args, model, optimizer, data: dali_data.RankData, train_batches, val_batches, rank: int,
+        allreduce_sum: AllReduceSum) -> float:
+    """The epochs: train, all-reduce the training sums, validate exactly; rank 0 logs the metric
+    line and writes an atomic checkpoint. Returns the last validation accuracy."""
+    val_accuracy = 0.0
+    for epoch in range(1, args.epochs + 1):
+        started = time.perf_counter()
+        sums = train_epoch(model, optimizer, train_batches, data.steps_per_epoch)
+        loss_sum, correct, count = allreduce_sum(sums, "train_sums").tolist()
+        val_loss, val_accuracy, val_count = evaluate(model, val_batches, data.val_shard, allreduce_sum)
+        if rank == 0:
+            common.emit(common.METRIC_LINE.format(
+                epoch=epoch, epochs=args.epochs, train_loss=loss_sum / count, train_accuracy=correct / count,
+                val_loss=val_loss, val_accuracy=val_accuracy, val_samples=val_count,
+                epoch_seconds=time.perf_counter() - started))
+            checkpoint = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+            common.atomic_write(os.path.join(args.checkpoint_dir, "checkpoint.pt"),
+                                lambda tmp: torch.save(checkpoint, tmp))
+    return val_accuracy
+
+
+def finish(args, model: torch.nn.Module, rank: int, size: int, val_accuracy: float) -> None:
+    """Every rank prints its weights' digest; rank 0 saves ``model.pth`` (state dict) and
+    ``model.json`` to the model directory."""
+    digest = common.weights_digest(p.detach().cpu().numpy() for p in model.state_dict().values())
+    common.emit(f"rank={rank} world_size={size} final_weights_sha256={digest}")
+    if rank != 0:
+        return
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    common.atomic_write(os.path.join(args.model_dir, "model.pth"), lambda tmp: torch.save(state, tmp))
+    common.write_json(os.path.join(args.model_dir, "model.json"), {
+        "framework": "pytorch", "format": "state_dict", "class": "dtc_train.torch_model.DigitsNet",
+        "input_shape": list(torch_model.INPUT_SHAPE), "input_scale": "pixel / 255",
+        "classes": [str(c) for c in range(torch_model.NUM_CLASSES)],
+        "val_accuracy": val_accuracy, "epochs": args.epochs, "world_size": size})
+    common.log.info("saved %s", os.path.join(args.model_dir, "model.pth"))
