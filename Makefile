@@ -19,13 +19,23 @@ FRAMEWORK ?= pytorch
 PROCESSES_PER_HOST ?= 2
 EPOCHS ?= 12
 JOB_DIR ?= $(CURDIR)/build/job/opt/ml
+# make cluster: a local SageMaker cluster of INSTANCE_COUNT containers (algo-1..N) running
+# DISTRIBUTION (none | mpi | torch_distributed | multi_worker_mirrored_strategy |
+# parameter_server) with builtin:$(FRAMEWORK), or JOB_FILE (JSON; see dtc_local/cluster.py);
+# HYPERPARAMETERS="k=v k2=v2" adds hyperparameters; CLUSTER_ARGS passes any other flag.
+INSTANCE_COUNT ?= 2
+DISTRIBUTION ?= mpi
+JOB_FILE ?=
+HYPERPARAMETERS ?=
+CLUSTER_ARGS ?=
+CLUSTER_DIR ?= $(CURDIR)/build/cluster
 # Extra pytest arguments, e.g. PYTEST_ARGS="-k unit".
 PYTEST_ARGS ?=
 
 SETUP_STAMP := $(VENV)/.setup-complete
 SETUP_INPUTS := versions.env pyproject.toml scripts/setup-host.sh $(wildcard docker/*.sh docker/patches/*.patch)
 
-.PHONY: setup image train test clean
+.PHONY: setup image train cluster test clean
 
 $(SETUP_STAMP): $(SETUP_INPUTS)
 	scripts/setup-host.sh
@@ -47,6 +57,13 @@ else
 	SAGEMAKER_BASE_DIR=$(JOB_DIR) train
 endif
 	@echo "model written to $(JOB_DIR)/model:"; ls -l $(JOB_DIR)/model
+
+cluster: $(SETUP_STAMP) image
+	. scripts/podman-env.sh && $(PYTHON) -m dtc_local.cluster --job-dir $(CLUSTER_DIR) \
+	  $(if $(JOB_FILE),--job-file $(JOB_FILE),--image $(IMAGE) --instance-count $(INSTANCE_COUNT) \
+	    --processes-per-host $(PROCESSES_PER_HOST) --distribution $(DISTRIBUTION) --program builtin:$(FRAMEWORK) \
+	    -p epochs=$(EPOCHS)) \
+	  $(foreach hp,$(HYPERPARAMETERS),-p $(hp)) $(CLUSTER_ARGS)
 
 test: $(SETUP_STAMP) image
 	DTC_IMAGE=$(IMAGE) $(PYTHON) -m pytest $(PYTEST_ARGS)

@@ -78,6 +78,7 @@ def run_job(plan_only: bool) -> int:
                             host_identity.host_env_file())
         if plan.role == "mpi-worker":
             mpi_hosts.serve_as_worker(plan.master_host, _env_seconds("DTC_MPI_WORKER_START_TIMEOUT_S", 600))
+            report.write_success(config.output_dir)
             return 0
         mpi_hosts.ensure_sshd()
         workers = [h for h in plan.hosts if h != config.current_host]

@@ -1,0 +1,300 @@
+"""A local SageMaker cluster: N containers ``algo-1``..``algo-N`` on a private network, each with
+its own ``/opt/ml`` tree written the way the service writes it, all started with ``train``.
+
+What it does, in order:
+
+1. writes ``<job_dir>/<host>/`` for every host (``dtc_local.job_tree``: resourceconfig.json
+   with ``instance_groups`` listing the current host first, as the service does;
+   inputdataconfig.json; JSON-encoded hyperparameters with the ``sagemaker_*`` keys SDK v2
+   writes for the chosen ``distribution``), and ``<job_dir>/docker-compose.yaml``;
+2. starts the containers: with Docker, ``docker compose up`` on that file (no
+   ``--abort-on-container-exit``: SDK local mode's flag stops every host when the first one
+   exits, sagemaker-contract.md e.2); with podman, an ``--internal`` network and one
+   ``podman run`` per host;
+3. streams every host's output with a ``[algo-N]`` prefix (MPI lines also carry mpirun's rank
+   tags, trainer lines ``[rank N]``);
+4. gathers each host's ``model/``, ``output/`` and failure file (they are bind mounts, so they
+   are already in ``<job_dir>/<host>/``), writes ``<job_dir>/result.json`` and exits 0 only if
+   every host exited 0 (else the master's code, or the first failing host's).
+
+Usage: ``python -m dtc_local.cluster --image dtc:cpu --instance-count 2 --distribution mpi
+--processes-per-host 2 --program builtin:pytorch -p epochs=10`` or ``--job-file job.json``
+(same keys, underscores: image, instance_count, processes_per_host, distribution, program,
+source_dir, hyperparameters, channels, gpus). ``make cluster`` wraps it.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from . import job_tree
+
+DISTRIBUTIONS = ("none", "mpi", "torch_distributed", "multi_worker_mirrored_strategy", "parameter_server")
+NETWORK = "dtc-cluster"
+CONTAINER_ML = "/opt/ml"
+
+
+@dataclass(frozen=True)
+class ClusterJob:
+    """One local job.
+
+    Attributes:
+        image: the image every host runs.
+        instance_count: hosts, named ``algo-1``..``algo-<instance_count>``.
+        processes_per_host: written as ``sagemaker_mpi_num_of_processes_per_host`` (the toolkit
+            applies it to every launcher).
+        distribution: one of ``DISTRIBUTIONS``.
+        program: ``sagemaker_program`` (``builtin:pytorch``, ``train.py``).
+        source_dir: host directory mounted at ``/opt/ml/code`` (SDK local mode's ``local_code``).
+        hyperparameters: the user's, JSON-encoded into hyperparameters.json like SDK v2.
+        channels: channel name -> host directory, mounted read-only at ``/opt/ml/input/data/<name>``.
+        gpus: ``none`` or ``all`` (every container sees every GPU).
+        instance_type: resourceconfig's ``current_instance_type``.
+    """
+
+    image: str
+    instance_count: int = 2
+    processes_per_host: int = 1
+    distribution: str = "mpi"
+    program: str = "builtin:pytorch"
+    source_dir: str | None = None
+    hyperparameters: Mapping[str, object] = field(default_factory=dict)
+    channels: Mapping[str, str] = field(default_factory=dict)
+    gpus: str = "none"
+    instance_type: str = "ml.c5.xlarge"
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(f"algo-{i}" for i in range(1, self.instance_count + 1))
+
+
+def distribution_hyperparameters(job: ClusterJob) -> dict[str, object]:
+    """The ``sagemaker_*`` keys SDK v2 writes for ``job.distribution`` (sagemaker-contract.md
+    a.5 and e.2), plus the processes per host."""
+    flags = {
+        "none": {},
+        "mpi": {"sagemaker_mpi_enabled": True, "sagemaker_mpi_custom_mpi_options": ""},
+        "torch_distributed": {"sagemaker_torch_distributed_enabled": True, "sagemaker_instance_type": job.instance_type},
+        "multi_worker_mirrored_strategy": {"sagemaker_multi_worker_mirrored_strategy_enabled": True},
+        "parameter_server": {"sagemaker_parameter_server_enabled": True},
+    }[job.distribution]
+    return {**flags, "sagemaker_mpi_num_of_processes_per_host": job.processes_per_host}
+
+
+def job_hyperparameters(job: ClusterJob) -> dict[str, object]:
+    hyperparameters: dict[str, object] = {"sagemaker_program": job.program,
+                                          "sagemaker_container_log_level": 20, "sagemaker_job_name": "dtc-cluster",
+                                          "sagemaker_region": "us-east-1"}
+    if job.source_dir:
+        hyperparameters["sagemaker_submit_directory"] = CONTAINER_ML + "/code"
+    hyperparameters.update(distribution_hyperparameters(job))
+    hyperparameters.update(job.hyperparameters)
+    return hyperparameters
+
+
+def write_trees(job: ClusterJob, job_dir: str) -> dict[str, str]:
+    """Writes ``<job_dir>/<host>/`` for every host. Returns host -> tree."""
+    trees = {}
+    for host in job.hosts:
+        trees[host] = job_tree.write(
+            os.path.join(job_dir, host), hyperparameters=job_hyperparameters(job), channels=tuple(job.channels),
+            hosts=job.hosts, current_host=host, instance_type=job.instance_type)
+    return trees
+
+
+def volumes(job: ClusterJob, tree: str) -> list[str]:
+    """``host_path:container_path[:ro]`` mounts of one host: its tree, the channels, the code."""
+    mounts = [f"{tree}:{CONTAINER_ML}"]
+    mounts += [f"{os.path.abspath(path)}:{CONTAINER_ML}/input/data/{name}:ro" for name, path in job.channels.items()]
+    if job.source_dir:
+        mounts.append(f"{os.path.abspath(job.source_dir)}:{CONTAINER_ML}/code")
+    return mounts
+
+
+def compose_file(job: ClusterJob, trees: Mapping[str, str]) -> dict:
+    """The ``docker compose`` project (SDK local mode's shape, minus its shared model volume:
+    every host keeps its own ``/opt/ml``, as on the service)."""
+    services = {}
+    for host, tree in trees.items():
+        service = {"image": job.image, "container_name": host, "hostname": host, "command": ["train"],
+                   "shm_size": "1gb", "volumes": volumes(job, tree),
+                   "networks": {NETWORK: {"aliases": [host]}}}
+        if job.gpus == "all":
+            service["deploy"] = {"resources": {"reservations": {"devices": [{"count": "all", "capabilities": ["gpu"]}]}}}
+        services[host] = service
+    return {"services": services, "networks": {NETWORK: {"name": NETWORK, "internal": True}}}
+
+
+def podman_run_argv(job: ClusterJob, host: str, tree: str) -> list[str]:
+    argv = ["podman", "run", "--rm", "--name", host, "--hostname", host, "--network", NETWORK,
+            "--network-alias", host, "--shm-size", "1g"]
+    for mount in volumes(job, tree):
+        argv += ["-v", mount]
+    if job.gpus == "all":
+        argv += ["--device", "nvidia.com/gpu=all"]   # CDI (nvidia-ctk cdi generate)
+    return argv + [job.image, "train"]
+
+
+def _pump(prefix: str, stream, lock: threading.Lock) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", "replace").rstrip("\n")
+        with lock:
+            sys.stdout.write(f"[{prefix}] {line}\n")
+            sys.stdout.flush()
+    stream.close()
+
+
+def docker_available() -> bool:
+    return shutil.which("docker") is not None and subprocess.run(
+        ["docker", "info"], capture_output=True).returncode == 0
+
+
+def run_podman(job: ClusterJob, trees: Mapping[str, str], timeout_s: float) -> dict[str, int]:
+    """Runs the hosts as podman containers; returns host -> exit code (124 for a timeout)."""
+    for host in job.hosts:
+        subprocess.run(["podman", "rm", "-f", host], capture_output=True)
+    subprocess.run(["podman", "network", "rm", "-f", NETWORK], capture_output=True)
+    subprocess.run(["podman", "network", "create", "--internal", NETWORK], check=True, capture_output=True)
+    lock = threading.Lock()
+    procs, pumps = {}, []
+    try:
+        for host in job.hosts:
+            procs[host] = subprocess.Popen(podman_run_argv(job, host, trees[host]), stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            pumps.append(threading.Thread(target=_pump, args=(host, procs[host].stdout, lock), daemon=True))
+            pumps[-1].start()
+        deadline = time.monotonic() + timeout_s
+        codes = {}
+        for host, proc in procs.items():
+            try:
+                codes[host] = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                codes[host] = 124
+        return codes
+    finally:
+        for host, proc in procs.items():
+            if proc.poll() is None:
+                subprocess.run(["podman", "kill", host], capture_output=True)
+                proc.wait()
+        for pump in pumps:
+            pump.join(timeout=10)
+        subprocess.run(["podman", "network", "rm", "-f", NETWORK], capture_output=True)
+
+
+def run_compose(job: ClusterJob, compose_path: str, timeout_s: float) -> dict[str, int]:
+    """Runs the project with ``docker compose``; returns host -> exit code."""
+    base = ["docker", "compose", "-f", compose_path, "-p", NETWORK]
+    try:
+        subprocess.run(base + ["up", "--no-color"], timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        subprocess.run(base + ["kill"])
+    done = subprocess.run(base + ["ps", "-a", "--format", "json"], capture_output=True, text=True, check=True)
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    rows = rows[0] if len(rows) == 1 and isinstance(rows[0], list) else rows
+    codes = {row["Service"]: int(row.get("ExitCode", 1)) for row in rows}
+    subprocess.run(base + ["down"], capture_output=True)
+    return {host: codes.get(host, 1) for host in job.hosts}
+
+
+def summarize(job: ClusterJob, trees: Mapping[str, str], codes: Mapping[str, int]) -> dict:
+    """host -> exit code, first failure line, model and output files (relative to the tree)."""
+    hosts = {}
+    for host, tree in trees.items():
+        failure_path = os.path.join(tree, "output", "failure")
+        failure = open(failure_path).read().splitlines()[:1] if os.path.exists(failure_path) else []
+        listing = {}
+        for sub in ("model", "output"):
+            root = os.path.join(tree, sub)
+            listing[sub] = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root)
+                                  for f in files if "/.tmp-" not in os.path.join(d, f))
+        hosts[host] = {"exit_code": codes[host], "failure": failure[0] if failure else None, **listing}
+    failed = [h for h in job.hosts if codes[h] != 0]
+    exit_code = 0 if not failed else (codes[job.hosts[0]] or codes[failed[0]])
+    return {"exit_code": exit_code, "distribution": job.distribution, "image": job.image, "hosts": hosts}
+
+
+def run(job: ClusterJob, job_dir: str, timeout_s: float = 3600, engine: str = "auto") -> dict:
+    """Writes the trees, runs the cluster and returns the summary (also in ``result.json``)."""
+    job_dir = os.path.abspath(job_dir)
+    os.makedirs(job_dir, exist_ok=True)
+    trees = write_trees(job, job_dir)
+    compose_path = os.path.join(job_dir, "docker-compose.yaml")
+    with open(compose_path, "w") as handle:
+        json.dump(compose_file(job, trees), handle, indent=2)   # JSON is YAML
+    use_docker = engine == "docker" or (engine == "auto" and docker_available())
+    print(f"local cluster: {job.instance_count} hosts x {job.processes_per_host} processes, distribution "
+          f"{job.distribution}, image {job.image}, with {'docker compose' if use_docker else 'podman'}; trees in "
+          f"{job_dir}", flush=True)
+    codes = run_compose(job, compose_path, timeout_s) if use_docker else run_podman(job, trees, timeout_s)
+    summary = summarize(job, trees, codes)
+    with open(os.path.join(job_dir, "result.json"), "w") as handle:
+        json.dump(summary, handle, indent=2)
+    for host, info in summary["hosts"].items():
+        print(f"{host}: exit {info['exit_code']}; model: {', '.join(info['model']) or '-'}"
+              + (f"; failure: {info['failure']}" if info["failure"] else ""), flush=True)
+    return summary
+
+
+def _job_from(args: argparse.Namespace) -> ClusterJob:
+    spec: dict = {}
+    if args.job_file:
+        with open(args.job_file) as handle:
+            spec = json.load(handle)
+    for key in ("image", "instance_count", "processes_per_host", "distribution", "program", "source_dir", "gpus"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    hyperparameters = dict(spec.get("hyperparameters", {}))
+    for item in args.hyperparameter:
+        key, _, value = item.partition("=")
+        hyperparameters[key] = job_tree._parse_value(value)
+    spec["hyperparameters"] = hyperparameters
+    channels = dict(spec.get("channels", {}))
+    for item in args.channel:
+        name, _, path = item.partition("=")
+        channels[name] = path
+    spec["channels"] = channels
+    if "image" not in spec:
+        raise SystemExit("cluster: no image: pass --image or set \"image\" in the job file")
+    if spec.get("distribution", "mpi") not in DISTRIBUTIONS:
+        raise SystemExit(f"cluster: distribution must be one of {', '.join(DISTRIBUTIONS)}, got {spec['distribution']!r}")
+    return ClusterJob(**spec)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--job-file", help="JSON with the keys below (flags override it)")
+    parser.add_argument("--image")
+    parser.add_argument("--instance-count", type=int)
+    parser.add_argument("--processes-per-host", type=int)
+    parser.add_argument("--distribution", choices=DISTRIBUTIONS)
+    parser.add_argument("--program", help="sagemaker_program (default builtin:pytorch)")
+    parser.add_argument("--source-dir", help="directory mounted at /opt/ml/code")
+    parser.add_argument("--gpus", choices=("none", "all"))
+    parser.add_argument("-p", "--hyperparameter", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--channel", action="append", default=[], metavar="NAME=DIR",
+                        help="a channel (default: the digits data set as training and validation)")
+    parser.add_argument("--job-dir", default="build/cluster")
+    parser.add_argument("--timeout-s", type=float, default=3600)
+    parser.add_argument("--engine", choices=("auto", "docker", "podman"), default="auto")
+    args = parser.parse_args(argv)
+    job = _job_from(args)
+    if not job.channels:
+        from dtc_train import digits  # noqa: PLC0415
+
+        data = os.path.join(os.path.abspath(args.job_dir), "data")
+        if not os.path.isdir(os.path.join(data, "validation")):
+            digits.export(data)
+        job = ClusterJob(**{**job.__dict__, "channels": {c: os.path.join(data, c) for c in digits.CHANNELS}})
+    summary = run(job, args.job_dir, args.timeout_s, args.engine)
+    sys.exit(summary["exit_code"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Every strategy on a local two-host cluster (`dtc_local.cluster`, what `make cluster` runs):
+containers algo-1 and algo-2 on a private network, each with its own service-style /opt/ml tree.
+
+Each job must reach >= 0.90 validation accuracy on digits, end with bit-identical weights on
+every data-parallel rank, exit 0 on every host, and write the model once (on the master).
+`make test` builds the image and names it in DTC_IMAGE; without it these tests skip.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import PROGRAMS, REPO
+from test_trainers_e2e import DIGEST, METRIC
+
+IMAGE = os.environ.get("DTC_IMAGE")
+pytestmark = [pytest.mark.image,
+              pytest.mark.skipif(not IMAGE, reason="DTC_IMAGE is not set (make test builds the image and sets it)")]
+HOSTS = ("algo-1", "algo-2")
+
+
+def podman_env() -> dict:
+    conf = subprocess.run(["bash", "-c", f". {REPO / 'scripts' / 'podman-env.sh'} && echo $CONTAINERS_CONF"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    return {**os.environ, "CONTAINERS_CONF": conf}
+
+
+def run_cluster(job_dir, *args: str, timeout_s: float = 900) -> tuple[subprocess.CompletedProcess, dict]:
+    done = subprocess.run(
+        [sys.executable, "-m", "dtc_local.cluster", "--image", IMAGE, "--instance-count", "2",
+         "--job-dir", str(job_dir), "--timeout-s", str(timeout_s - 60), *args],
+        capture_output=True, text=True, timeout=timeout_s, env=podman_env(), stdin=subprocess.DEVNULL)
+    result = json.loads((job_dir / "result.json").read_text())
+    return done, result
+
+
+CASES = {
+    "mpi-pytorch": (["--distribution", "mpi", "--processes-per-host", "2", "--program", "builtin:pytorch"], 10, 4),
+    "mpi-tensorflow": (["--distribution", "mpi", "--processes-per-host", "2", "--program", "builtin:tensorflow"], 10, 4),
+    "torchrun-ddp": (["--distribution", "torch_distributed", "--processes-per-host", "2",
+                      "--program", "builtin:pytorch"], 10, 4),
+    "multi-worker-mirrored": (["--distribution", "multi_worker_mirrored_strategy",
+                               "--program", "builtin:tensorflow"], 8, 2),
+    "parameter-server": (["--distribution", "parameter_server", "--program", "builtin:tensorflow"], 6, 1),
+}
+SAVED = {"builtin:pytorch": "model.pth", "builtin:tensorflow": "1/saved_model.pb"}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_strategy_on_two_hosts(case, tmp_path):
+    args, epochs, world_size = CASES[case]
+    done, result = run_cluster(tmp_path / "job", *args, "-p", f"epochs={epochs}")
+    log = done.stdout + done.stderr
+    assert done.returncode == 0 and result["exit_code"] == 0, log[-6000:]
+    assert {h: result["hosts"][h]["exit_code"] for h in HOSTS} == {"algo-1": 0, "algo-2": 0}
+    assert all((tmp_path / "job" / h / "output" / "success").exists() for h in HOSTS)
+
+    epochs_seen = METRIC.findall(log)
+    assert len(epochs_seen) == epochs and float(epochs_seen[-1][2]) >= 0.90, epochs_seen[-1:]
+    assert int(epochs_seen[-1][3]) == 360
+    digests = {int(rank): digest for rank, size, digest in DIGEST.findall(log) if int(size) == world_size}
+    assert sorted(digests) == list(range(world_size)) and len(set(digests.values())) == 1
+
+    program = args[args.index("--program") + 1]
+    assert SAVED[program] in result["hosts"]["algo-1"]["model"]      # written once, by the master
+    assert result["hosts"]["algo-2"]["model"] == []
+    assert re.search(r"^\[algo-1\] .*master=algo-1", log, re.M) and re.search(r"^\[algo-2\] .*master=algo-1", log, re.M)
+    if world_size == 4:   # every rank names the host it runs on (its own SM_CURRENT_HOST)
+        for rank, host in ((0, "algo-1"), (1, "algo-1"), (2, "algo-2"), (3, "algo-2")):
+            assert re.search(rf"rank {rank}/4 .*\(host {host}\)", log), f"rank {rank} did not report host {host}"
+
+
+def test_a_failing_rank_on_a_worker_host_fails_the_job_and_every_host_exits(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy(PROGRAMS / "raise_error.py", source)
+    done, result = run_cluster(tmp_path / "job", "--distribution", "mpi", "--processes-per-host", "1",
+                               "--program", "raise_error.py", "--source-dir", str(source),
+                               "-p", "mode=raise-rank-1", timeout_s=400)
+    assert done.returncode != 0 and result["exit_code"] == result["hosts"]["algo-1"]["exit_code"] != 0
+    assert result["hosts"]["algo-1"]["failure"].startswith("ValueError: learning rate must be positive")
+    assert result["hosts"]["algo-2"]["exit_code"] == 0     # a worker host leaves with its orted (toolkit: 0)
