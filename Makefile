@@ -29,6 +29,8 @@ JOB_FILE ?=
 HYPERPARAMETERS ?=
 CLUSTER_ARGS ?=
 CLUSTER_DIR ?= $(CURDIR)/build/cluster
+# TensorFlow-only strategies use builtin:tensorflow unless FRAMEWORK is given.
+CLUSTER_FRAMEWORK = $(if $(and $(filter file,$(origin FRAMEWORK)),$(filter multi_worker_mirrored_strategy parameter_server,$(DISTRIBUTION))),tensorflow,$(FRAMEWORK))
 # Extra pytest arguments, e.g. PYTEST_ARGS="-k unit".
 PYTEST_ARGS ?=
 
@@ -61,7 +63,7 @@ endif
 cluster: $(SETUP_STAMP) image
 	. scripts/podman-env.sh && $(PYTHON) -m dtc_local.cluster --job-dir $(CLUSTER_DIR) \
 	  $(if $(JOB_FILE),--job-file $(JOB_FILE),--image $(IMAGE) --instance-count $(INSTANCE_COUNT) \
-	    --processes-per-host $(PROCESSES_PER_HOST) --distribution $(DISTRIBUTION) --program builtin:$(FRAMEWORK) \
+	    --processes-per-host $(PROCESSES_PER_HOST) --distribution $(DISTRIBUTION) --program builtin:$(CLUSTER_FRAMEWORK) \
 	    -p epochs=$(EPOCHS)) \
 	  $(foreach hp,$(HYPERPARAMETERS),-p $(hp)) $(CLUSTER_ARGS)
 

@@ -4,6 +4,7 @@ unsorted instance_groups, heterogeneous groups), and the clear failures for bad 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -156,3 +157,50 @@ def test_bad_strategy_input_fails_clearly_before_starting_anything(make_job, hyp
         assert result.returncode == 2, result.output
         assert result.failure.splitlines()[0].startswith(first_line), result.failure
         (root / "output" / "failure").unlink()
+
+
+SDK_V2 = json.loads((Path(__file__).parent / "fixtures" / "sdk_v2_hyperparameters.json").read_text())["cases"]
+# case -> (strategy, the trainer module or None for a refusal, the first failure line)
+SDK_EXPECTED = {
+    "pytorch_mpi": ("mpi", "dtc_train.pytorch_horovod"),
+    "pytorch_torch_distributed": ("torch_distributed", "dtc_train.pytorch_ddp"),
+    "pytorch_pytorchddp": (None, "hyperparameter sagemaker_distributed_dataparallel_enabled is set"),
+    "pytorch_smddp": (None, "hyperparameter sagemaker_distributed_dataparallel_enabled is set"),
+    "tensorflow_mpi": ("mpi", "dtc_train.tensorflow_horovod"),
+    "tensorflow_multi_worker_mirrored_strategy": ("multi_worker_mirrored_strategy", "dtc_train.tensorflow_mwms"),
+    "tensorflow_parameter_server": ("parameter_server", "dtc_train.tensorflow_ps"),
+    "generic_estimator_mpi": ("mpi", "dtc_train.pytorch_horovod"),
+}
+
+
+def test_every_sdk_v2_case_is_covered():
+    assert set(SDK_V2) == set(SDK_EXPECTED)
+
+
+@pytest.mark.parametrize("case", sorted(SDK_EXPECTED))
+def test_plans_for_hyperparameters_written_by_sdk_v2(make_job, case):
+    """hyperparameters.json exactly as SageMaker Python SDK v2.257.7 writes it for each
+    distribution= (tests/fixtures, made by scripts/sdk-v2-hyperparameters.py), on both hosts."""
+    strategy_name, expected = SDK_EXPECTED[case]
+    encoded = dict(SDK_V2[case])
+    framework = "tensorflow" if case.startswith("tensorflow") else "pytorch"
+    encoded.setdefault("sagemaker_program", json.dumps(f"builtin:{framework}"))   # script mode adds it at fit()
+    for host in HOSTS:
+        root = make_job(encoded, hosts=HOSTS, current_host=host, encoding="str")  # str() keeps encoded strings
+        result = run_train(root, "--plan")
+        if strategy_name is None:
+            assert result.returncode == 2 and result.failure.startswith(expected), result.output
+            continue
+        assert result.returncode == 0, result.output
+        plan = json.loads(result.stdout)
+        assert plan["strategy"] == strategy_name and plan["master_host"] == "algo-1"
+        if plan["role"] == "mpi-worker":
+            assert plan["ranks"] == [2, 3]
+            continue
+        argv = plan["argv"]
+        if plan["role"] != "tf-server":
+            assert expected in argv and argv[argv.index(expected) + 1:argv.index(expected) + 3] == ["--epochs", "3"]
+        if case == "pytorch_mpi":
+            assert "A=1" in argv
+        if case == "generic_estimator_mpi":
+            assert argv[-2:] == ["--flag", "False"]
