@@ -13,7 +13,6 @@ from .config import JobConfig
 from .plan import LaunchPlan, job_env, program_argv
 from .program import Program
 
-split_custom_mpi_options = launch_mpi.split_custom_mpi_options
 
 
 def single_process_plan(config: JobConfig, program: Program) -> LaunchPlan:
