@@ -14,7 +14,6 @@ from .plan import LaunchPlan, job_env, program_argv
 from .program import Program
 
 
-
 def single_process_plan(config: JobConfig, program: Program) -> LaunchPlan:
     """One process on this host: ``python <program> <args>``."""
     return LaunchPlan(
