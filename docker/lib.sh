@@ -27,8 +27,12 @@ die() { printf '[%s] error: %s\n' "$(basename "$0")" "$*" >&2; exit 1; }
 
 pip_install() { "$PYTHON" -m pip install --disable-pip-version-check --quiet "$@"; }
 
+# Every package asked for is also appended (name only) to $DTC_APT_MANIFEST when that is set: the
+# host setup records what it installs, and tests/test_host_setup.py checks that nothing else
+# was installed on the machine (a package the project relies on but setup never installs).
 apt_install() {
   export DEBIAN_FRONTEND=noninteractive
+  if [ -n "${DTC_APT_MANIFEST:-}" ]; then printf '%s\n' "${@%%=*}" >> "$DTC_APT_MANIFEST"; fi
   if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null)" ]; then
     apt-get update -qq
   fi

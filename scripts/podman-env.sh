@@ -1,10 +1,11 @@
-# Sourced by scripts/build-image.sh and scripts/container.sh: points podman and buildah at a
-# containers.conf with the settings this project's CI machines need (runc, and ulimits within
-# the machine's hard limits; image-feasibility.md section 2). Writes it once, under build/.
+# Sourced by scripts/build-image.sh, scripts/container.sh, scripts/setup-host.sh and make cluster:
+# points podman and buildah at a containers.conf with the settings this project's CI machines
+# need (runc, and ulimits within the machine's hard limits; image-feasibility.md section 2) and
+# the network backend setup installs (CNI; the local cluster needs no DNS plugin). Written under
+# build/ on every use, so a changed setting reaches machines that had an older file.
 CONTAINERS_CONF="${CONTAINERS_CONF:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/containers.conf}"
-if [ ! -f "$CONTAINERS_CONF" ]; then
-  mkdir -p "$(dirname "$CONTAINERS_CONF")"
-  printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=32768:32768"]\n[engine]\nruntime = "runc"\n' \
-    "$(ulimit -Hn)" "$(ulimit -Hn)" > "$CONTAINERS_CONF"
-fi
+mkdir -p "$(dirname "$CONTAINERS_CONF")"
+printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=32768:32768"]\n[engine]\nruntime = "runc"\n[network]\nnetwork_backend = "cni"\n' \
+  "$(ulimit -Hn)" "$(ulimit -Hn)" > "$CONTAINERS_CONF.$$"
+mv -f "$CONTAINERS_CONF.$$" "$CONTAINERS_CONF"
 export CONTAINERS_CONF

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -30,9 +31,10 @@ def podman_env() -> dict:
     return {**os.environ, "CONTAINERS_CONF": conf}
 
 
-def run_cluster(job_dir, *args: str, timeout_s: float = 900) -> tuple[subprocess.CompletedProcess, dict]:
+def run_cluster(job_dir, *args: str, timeout_s: float = 900, image: str | None = None
+                ) -> tuple[subprocess.CompletedProcess, dict]:
     done = subprocess.run(
-        [sys.executable, "-m", "dtc_local.cluster", "--image", IMAGE, "--instance-count", "2",
+        [sys.executable, "-m", "dtc_local.cluster", "--image", image or IMAGE, "--instance-count", "2",
          "--job-dir", str(job_dir), "--timeout-s", str(timeout_s - 60), *args],
         capture_output=True, text=True, timeout=timeout_s, env=podman_env(), stdin=subprocess.DEVNULL)
     result = json.loads((job_dir / "result.json").read_text())
@@ -53,8 +55,12 @@ SAVED = {"builtin:pytorch": "model.pth", "builtin:tensorflow": "1/saved_model.pb
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_strategy_on_two_hosts(case, tmp_path):
+    check_two_host_job(case, tmp_path, IMAGE)
+
+
+def check_two_host_job(case, tmp_path, image):
     args, epochs, world_size = CASES[case]
-    done, result = run_cluster(tmp_path / "job", *args, "-p", f"epochs={epochs}")
+    done, result = run_cluster(tmp_path / "job", *args, "-p", f"epochs={epochs}", image=image)
     log = done.stdout + done.stderr
     assert done.returncode == 0 and result["exit_code"] == 0, log[-6000:]
     assert {h: result["hosts"][h]["exit_code"] for h in HOSTS} == {"algo-1": 0, "algo-2": 0}
@@ -85,3 +91,44 @@ def test_a_failing_rank_on_a_worker_host_fails_the_job_and_every_host_exits(tmp_
     assert done.returncode != 0 and result["exit_code"] == result["hosts"]["algo-1"]["exit_code"] != 0
     assert result["hosts"]["algo-1"]["failure"].startswith("ValueError: learning rate must be positive")
     assert result["hosts"]["algo-2"]["exit_code"] == 0     # a worker host leaves with its orted (toolkit: 0)
+
+
+CONTAINER = str(REPO / "scripts" / "container.sh")
+NEVER_STARTED = "10.213.38.99"
+
+
+@pytest.fixture
+def unreachable_network():
+    """An internal network on which nothing answers at NEVER_STARTED."""
+    name = f"dtc-test-{os.getpid()}"
+    env = podman_env()
+    subprocess.run(["podman", "network", "create", "--internal", "--subnet", "10.213.38.0/24", name],
+                   check=True, capture_output=True, env=env)
+    yield name
+    subprocess.run(["podman", "network", "rm", "-f", name], capture_output=True, env=env)
+
+
+@pytest.mark.parametrize("current_host, network, expected", [
+    ("algo-1", "none", "host algo-2 could not be resolved by name within 5 s"),
+    ("algo-2", "none", "host algo-1 could not be resolved by name within 5 s"),
+    ("algo-1", "unreachable", "host algo-2 could not be reached: it did not accept ssh on port 22 within 5 s"),
+], ids=["master-cannot-resolve-worker", "worker-cannot-resolve-master", "master-cannot-reach-worker"])
+def test_a_cluster_that_cannot_form_fails_within_seconds_naming_the_host(
+        current_host, network, expected, make_job, request):
+    """Issue #8: a host whose peer does not resolve (no DNS, no hosts entry) or never answers
+    fails in seconds with the host in the first line, instead of waiting out 600 s."""
+    root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_mpi_enabled": True},
+                    hosts=HOSTS, current_host=current_host)
+    shutil.copy(PROGRAMS / "echo_argv.py", root / "code")
+    argv = [CONTAINER, "run", "--rm", "--hostname", current_host, "-v", f"{root}:/opt/ml",
+            "-e", "DTC_HOST_RESOLVE_TIMEOUT_S=5", "-e", "DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S=5"]
+    if network == "none":
+        argv += ["--network", "none"]
+    else:
+        argv += ["--network", request.getfixturevalue("unreachable_network"), "--add-host", f"algo-2:{NEVER_STARTED}"]
+    start = time.monotonic()
+    done = subprocess.run([*argv, IMAGE, "train"], capture_output=True, text=True, timeout=120)
+    elapsed_s = time.monotonic() - start
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (root / "output" / "failure").read_text().splitlines()[0].startswith(expected)
+    assert elapsed_s < 45, f"took {elapsed_s:.0f} s"

@@ -2,6 +2,7 @@
 
 import shutil
 import tarfile
+import time
 
 import pytest
 
@@ -145,3 +146,17 @@ def test_sdk_local_mode_tree_with_container_paths(make_job, source_dir):
     assert result.returncode == 0, result.output
     assert read_json(root / "output" / "data" / "argv-single.json")["argv"] == ["--lr", "0.1"]
     assert "not unpacked" not in result.stderr
+
+
+def test_a_peer_that_never_resolves_fails_the_host_in_seconds_naming_it(make_job, source_dir):
+    """Issue #8, on the host: a two-host MPI job whose other host's name does not resolve exits 3
+    within the resolve timeout, with that host in the failure's first line."""
+    source_dir.mkdir()
+    shutil.copy(PROGRAMS / "echo_argv.py", source_dir)
+    root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir),
+                     "sagemaker_mpi_enabled": True}, hosts=("algo-1", "dtc-no-such-host.invalid"))
+    start = time.monotonic()
+    result = run_train(root, env={"DTC_HOST_RESOLVE_TIMEOUT_S": "2"}, timeout_s=60)
+    assert result.returncode == 3 and time.monotonic() - start < 20
+    assert result.failure.splitlines()[0].startswith(
+        "host dtc-no-such-host.invalid could not be resolved by name within 2 s")

@@ -16,8 +16,8 @@ import sys
 import traceback
 
 from . import config as job_config
-from . import host_identity, launch, mpi_hosts, program, report, strategy, supervise
-from .errors import EXIT_CONFIG_ERROR, EXIT_INTERNAL_ERROR, ConfigError, ProgramNotFoundError
+from . import host_identity, launch, mpi_hosts, peers, program, report, strategy, supervise
+from .errors import EXIT_CONFIG_ERROR, EXIT_INTERNAL_ERROR, EXIT_PEER_ERROR, ConfigError, PeerError, ProgramNotFoundError
 from .plan import HOST_SPECIFIC_SM_VARS
 
 log = logging.getLogger("dtc")
@@ -69,6 +69,10 @@ def run_job(plan_only: bool) -> int:
         print(json.dumps({"current_host": config.current_host, **plan.to_dict()}, indent=2))
         return 0
     report.clear_status(config.output_dir)
+    others = [h for h in plan.hosts if h != config.current_host]
+    if others:   # fail in seconds, naming the host, when the cluster cannot form
+        addresses = peers.wait_for_names(others, _env_seconds("DTC_HOST_RESOLVE_TIMEOUT_S", 120))
+        log.info("other hosts resolve: %s", ", ".join(f"{h}={a}" for h, a in addresses.items()))
     log.info("host %s: strategy=%s role=%s master=%s (first of the sorted distribution hosts) hosts=%s "
              "world_size=%d ranks here=%s tasks here=%s", config.current_host, plan.strategy, plan.role,
              plan.master_host, ",".join(plan.hosts), plan.world_size, list(plan.ranks), list(plan.tasks))
@@ -110,6 +114,10 @@ def main(argv: list[str] | None = None) -> None:
         report.write_failure(output_dir, f"{error}\n")
         log.error("%s", error)
         code = EXIT_CONFIG_ERROR
+    except PeerError as error:
+        report.write_failure(output_dir, f"{error}\n")
+        log.error("%s", error)
+        code = EXIT_PEER_ERROR
     except Exception as error:  # report it; never exit 0 after a failure
         text = f"Training entrypoint error: {type(error).__name__}: {error}\n\n{traceback.format_exc()}"
         report.write_failure(output_dir, text)

@@ -9,6 +9,7 @@ line becomes the first line of ``/opt/ml/output/failure`` and so the training jo
 # program passes its own code through (see supervise.exit_code_of).
 EXIT_CONFIG_ERROR = 2
 EXIT_INTERNAL_ERROR = 1
+EXIT_PEER_ERROR = 3
 
 
 class ConfigError(Exception):
@@ -25,3 +26,8 @@ class ConfigError(Exception):
 
 class ProgramNotFoundError(ConfigError):
     """The training program named by sagemaker_program / SAGEMAKER_PROGRAM cannot be found."""
+
+
+class PeerError(TimeoutError):
+    """Another host of the job could not be resolved or reached in time (the cluster did not
+    form). The message names the host and the variable that sets the wait."""

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import psutil
 
 from . import peers
+from .errors import PeerError
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def wait_for_workers(workers: list[str], timeout_s: float) -> None:
     """The master's wait for every worker's sshd (``DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S``).
 
     Raises:
-        TimeoutError: naming the unreachable hosts.
+        PeerError: naming the unreachable hosts.
     """
     peers.wait_for_ports(workers, SSH_PORT, timeout_s, "ssh", "raise DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S")
 
@@ -55,9 +56,9 @@ def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[]
     ``orted`` has exited.
 
     Raises:
-        TimeoutError: no ``orted`` appeared within ``start_timeout_s`` seconds.
-        RuntimeError: the master's sshd answered and then went away before starting ``orted``
-            here (its job ended or failed first).
+        PeerError: no ``orted`` appeared within ``start_timeout_s`` seconds, or the master's sshd
+            answered and then went away before starting ``orted`` here (its job ended or failed
+            first).
     """
     ensure_sshd()
     deadline = clock() + start_timeout_s
@@ -66,15 +67,15 @@ def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[]
     master_seen, next_check = False, clock()
     while not (daemons := _orted()):
         if clock() > deadline:
-            raise TimeoutError(
+            raise PeerError(
                 f"the MPI master {master_host} did not start processes on this host within {start_timeout_s:.0f} s; "
                 "see the master host's log (raise DTC_MPI_WORKER_START_TIMEOUT_S if it starts slowly)")
         if clock() >= next_check:
             next_check = clock() + MASTER_CHECK_EVERY_S
             up = peers.accepts(master_host, SSH_PORT)
             if master_seen and not up and not _orted():
-                raise RuntimeError(f"the MPI master {master_host} went away before starting processes on this "
-                                   "host; see the master host's log")
+                raise PeerError(f"the MPI master {master_host} went away before starting processes on this "
+                                "host; see the master host's log")
             master_seen = master_seen or up
         time.sleep(POLL_S)
     log.info("MPI worker: mpirun's daemon is running; waiting for it to finish")

@@ -1,13 +1,51 @@
-"""Reaching the job's other hosts: waiting for a port to open, and noticing when it closes."""
+"""Reaching the job's other hosts: resolving their names, waiting for a port to open, and
+noticing when it closes."""
 
 import logging
 import socket
 import time
 from collections.abc import Callable, Sequence
 
+from .errors import PeerError
+
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0
+
+
+def resolve(host: str) -> str | None:
+    """The host's first IPv4/IPv6 address, or ``None`` when the name does not resolve now."""
+    try:
+        return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
+    except (socket.gaierror, UnicodeError):
+        return None
+
+
+def wait_for_names(hosts: Sequence[str], timeout_s: float, clock: Callable[[], float] = time.monotonic,
+                   poll_s: float = POLL_S) -> dict[str, str]:
+    """Waits until every host name resolves (``DTC_HOST_RESOLVE_TIMEOUT_S``); returns host -> address.
+
+    SageMaker's DNS can lag an instance's start by a few seconds (sagemaker-training retries its
+    look-ups for the same reason), so names are retried until ``timeout_s``.
+
+    Raises:
+        PeerError: naming the hosts whose names still do not resolve.
+    """
+    deadline = clock() + timeout_s
+    addresses: dict[str, str] = {}
+    while True:
+        for host in hosts:
+            if host not in addresses and (address := resolve(host)) is not None:
+                addresses[host] = address
+        pending = [h for h in hosts if h not in addresses]
+        if not pending:
+            return addresses
+        if clock() > deadline:
+            raise PeerError(
+                f"host {', '.join(pending)} could not be resolved by name within {timeout_s:.0f} s: every host of "
+                "the job must resolve the others' names (resourceconfig.json hosts); on a local cluster give each "
+                "container --add-host entries for every host, or raise DTC_HOST_RESOLVE_TIMEOUT_S")
+        time.sleep(poll_s)
 
 
 def accepts(host: str, port: int, timeout_s: float = 2.0) -> bool:
@@ -28,16 +66,16 @@ def wait_for_ports(hosts: Sequence[str], port: int, timeout_s: float, what: str,
         hint: what to change, for the error (the timeout's variable).
 
     Raises:
-        TimeoutError: naming the hosts still unreachable after ``timeout_s`` seconds.
+        PeerError: naming the hosts still unreachable after ``timeout_s`` seconds.
     """
     deadline = clock() + timeout_s
     pending = list(hosts)
     while pending:
         pending = [h for h in pending if not accepts(h, port)]
         if pending and clock() > deadline:
-            raise TimeoutError(
-                f"hosts {pending} did not accept {what} on port {port} within {timeout_s:.0f} s: "
-                f"check the security group allows traffic between the job's hosts, or {hint}")
+            raise PeerError(
+                f"host {', '.join(pending)} could not be reached: it did not accept {what} on port {port} "
+                f"within {timeout_s:.0f} s; check the security group allows traffic between the job's hosts, or {hint}")
         if pending:
             time.sleep(poll_s)
 

@@ -7,23 +7,30 @@ What it does, in order:
    with ``instance_groups`` listing the current host first, as the service does;
    inputdataconfig.json; JSON-encoded hyperparameters with the ``sagemaker_*`` keys SDK v2
    writes for the chosen ``distribution``), and ``<job_dir>/docker-compose.yaml``;
-2. starts the containers: with Docker, ``docker compose up`` on that file (no
-   ``--abort-on-container-exit``: SDK local mode's flag stops every host when the first one
-   exits, sagemaker-contract.md e.2); with podman, an ``--internal`` network and one
-   ``podman run`` per host;
+2. starts the containers on a private network where every host has a static address and an
+   ``/etc/hosts`` entry for every other host, so the hosts find each other by name without a
+   DNS plugin (podman's CNI backend resolves no names on an ``--internal`` network): with
+   Docker, ``docker compose up`` on that file (no ``--abort-on-container-exit``: SDK local
+   mode's flag stops every host when the first one exits, sagemaker-contract.md e.2); with
+   podman, an ``--internal`` network with ``--subnet`` and one ``podman run --ip --add-host``
+   per host;
 3. streams every host's output with a ``[algo-N]`` prefix (MPI lines also carry mpirun's rank
    tags, trainer lines ``[rank N]``);
-4. gathers each host's ``model/``, ``output/`` and failure file (they are bind mounts, so they
+4. once a host has failed, gives the others ``peer_grace_s`` to notice and exit on their own,
+   then stops them (SIGTERM, then SIGKILL 10 s later), as the service ends a job whose host
+   failed;
+5. gathers each host's ``model/``, ``output/`` and failure file (they are bind mounts, so they
    are already in ``<job_dir>/<host>/``), writes ``<job_dir>/result.json`` and exits 0 only if
    every host exited 0 (else the master's code, or the first failing host's).
 
 Usage: ``python -m dtc_local.cluster --image dtc:cpu --instance-count 2 --distribution mpi
 --processes-per-host 2 --program builtin:pytorch -p epochs=10`` or ``--job-file job.json``
 (same keys, underscores: image, instance_count, processes_per_host, distribution, program,
-source_dir, hyperparameters, channels, gpus). ``make cluster`` wraps it.
+source_dir, hyperparameters, channels, gpus, environment, subnet, peer_grace_s). ``make cluster`` wraps it.
 """
 
 import argparse
+import ipaddress
 import json
 import os
 import shutil
@@ -31,14 +38,22 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import job_tree
 
 DISTRIBUTIONS = ("none", "mpi", "torch_distributed", "multi_worker_mirrored_strategy", "parameter_server")
 NETWORK = "dtc-cluster"
+DEFAULT_SUBNET = "10.213.37.0/24"
 CONTAINER_ML = "/opt/ml"
+# The entrypoint's waits for other hosts default to what a real cluster needs (instances that
+# boot minutes apart); local containers start together, so a host that is not there within
+# these times will not come, and the job fails in seconds naming it. The job's own
+# ``environment`` overrides them.
+LOCAL_TIMEOUTS_S = {"DTC_HOST_RESOLVE_TIMEOUT_S": 10, "DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S": 30,
+                    "DTC_MPI_WORKER_START_TIMEOUT_S": 120, "DTC_TF_SERVER_START_TIMEOUT_S": 120}
+STOP_TIMEOUT_S = 10
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,11 @@ class ClusterJob:
         channels: channel name -> host directory, mounted read-only at ``/opt/ml/input/data/<name>``.
         gpus: ``none`` or ``all`` (every container sees every GPU).
         instance_type: resourceconfig's ``current_instance_type``.
+        environment: variables set in every container (the estimator's ``environment``), on
+            top of ``LOCAL_TIMEOUTS_S``.
+        subnet: the private network's IPv4 subnet; host ``algo-i`` gets its ``10 + i``-th address.
+        peer_grace_s: seconds the other hosts get to exit on their own once one host has failed,
+            before they are stopped.
     """
 
     image: str
@@ -69,10 +89,30 @@ class ClusterJob:
     channels: Mapping[str, str] = field(default_factory=dict)
     gpus: str = "none"
     instance_type: str = "ml.c5.xlarge"
+    environment: Mapping[str, str] = field(default_factory=dict)
+    subnet: str = DEFAULT_SUBNET
+    peer_grace_s: float = 30.0
 
     @property
     def hosts(self) -> tuple[str, ...]:
         return tuple(f"algo-{i}" for i in range(1, self.instance_count + 1))
+
+
+def host_addresses(job: ClusterJob) -> dict[str, str]:
+    """host -> static IPv4 address in ``job.subnet`` (``algo-1`` -> the 11th address).
+
+    Raises:
+        ValueError: the subnet is not an IPv4 network or is too small for the hosts.
+    """
+    network = ipaddress.IPv4Network(job.subnet)
+    if network.num_addresses < 12 + job.instance_count:
+        raise ValueError(f"subnet {job.subnet} is too small for {job.instance_count} hosts")
+    return {host: str(network.network_address + 10 + i) for i, host in enumerate(job.hosts, start=1)}
+
+
+def container_env(job: ClusterJob) -> dict[str, str]:
+    """Variables every container gets: the local waits, then the job's own ``environment``."""
+    return {**{k: str(v) for k, v in LOCAL_TIMEOUTS_S.items()}, **{k: str(v) for k, v in job.environment.items()}}
 
 
 def distribution_hyperparameters(job: ClusterJob) -> dict[str, object]:
@@ -121,20 +161,29 @@ def volumes(job: ClusterJob, tree: str) -> list[str]:
 def compose_file(job: ClusterJob, trees: Mapping[str, str]) -> dict:
     """The ``docker compose`` project (SDK local mode's shape, minus its shared model volume:
     every host keeps its own ``/opt/ml``, as on the service)."""
+    addresses = host_addresses(job)
     services = {}
     for host, tree in trees.items():
         service = {"image": job.image, "container_name": host, "hostname": host, "command": ["train"],
-                   "shm_size": "1gb", "volumes": volumes(job, tree),
-                   "networks": {NETWORK: {"aliases": [host]}}}
+                   "shm_size": "1gb", "volumes": volumes(job, tree), "environment": container_env(job),
+                   "extra_hosts": [f"{h}:{a}" for h, a in addresses.items()],
+                   "networks": {NETWORK: {"ipv4_address": addresses[host]}}}
         if job.gpus == "all":
             service["deploy"] = {"resources": {"reservations": {"devices": [{"count": "all", "capabilities": ["gpu"]}]}}}
         services[host] = service
-    return {"services": services, "networks": {NETWORK: {"name": NETWORK, "internal": True}}}
+    network = {"name": NETWORK, "internal": True, "ipam": {"config": [{"subnet": job.subnet}]}}
+    return {"services": services, "networks": {NETWORK: network}}
 
 
 def podman_run_argv(job: ClusterJob, host: str, tree: str) -> list[str]:
+    """``podman run`` for one host: static address, an ``/etc/hosts`` entry per host, its mounts."""
+    addresses = host_addresses(job)
     argv = ["podman", "run", "--rm", "--name", host, "--hostname", host, "--network", NETWORK,
-            "--network-alias", host, "--shm-size", "1g"]
+            "--ip", addresses[host], "--shm-size", "1g"]
+    for other, address in addresses.items():
+        argv += ["--add-host", f"{other}:{address}"]
+    for name in container_env(job):
+        argv += ["--env", name]   # values from the environment podman runs in: none on a command line
     for mount in volumes(job, tree):
         argv += ["-v", mount]
     if job.gpus == "all":
@@ -157,27 +206,29 @@ def docker_available() -> bool:
 
 
 def run_podman(job: ClusterJob, trees: Mapping[str, str], timeout_s: float) -> dict[str, int]:
-    """Runs the hosts as podman containers; returns host -> exit code (124 for a timeout)."""
+    """Runs the hosts as podman containers; returns host -> exit code (124 for a timeout).
+
+    Raises:
+        SystemExit: the private network cannot be created (a subnet clash names ``--subnet``).
+    """
     for host in job.hosts:
         subprocess.run(["podman", "rm", "-f", host], capture_output=True)
     subprocess.run(["podman", "network", "rm", "-f", NETWORK], capture_output=True)
-    subprocess.run(["podman", "network", "create", "--internal", NETWORK], check=True, capture_output=True)
+    created = subprocess.run(["podman", "network", "create", "--internal", "--subnet", job.subnet, NETWORK],
+                             capture_output=True, text=True)
+    if created.returncode != 0:
+        raise SystemExit(f"cluster: cannot create the network {NETWORK} with subnet {job.subnet} "
+                         f"(choose another with --subnet or the job file's \"subnet\"): {created.stderr.strip()}")
     lock = threading.Lock()
     procs, pumps = {}, []
+    env = {**os.environ, **container_env(job)}
     try:
         for host in job.hosts:
             procs[host] = subprocess.Popen(podman_run_argv(job, host, trees[host]), stdout=subprocess.PIPE,
-                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
             pumps.append(threading.Thread(target=_pump, args=(host, procs[host].stdout, lock), daemon=True))
             pumps[-1].start()
-        deadline = time.monotonic() + timeout_s
-        codes = {}
-        for host, proc in procs.items():
-            try:
-                codes[host] = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                codes[host] = 124
-        return codes
+        return supervise_hosts(procs, timeout_s, job.peer_grace_s, stop=_podman_stop)
     finally:
         for host, proc in procs.items():
             if proc.poll() is None:
@@ -186,6 +237,42 @@ def run_podman(job: ClusterJob, trees: Mapping[str, str], timeout_s: float) -> d
         for pump in pumps:
             pump.join(timeout=10)
         subprocess.run(["podman", "network", "rm", "-f", NETWORK], capture_output=True)
+
+
+def _podman_stop(host: str) -> None:
+    subprocess.run(["podman", "stop", "-t", str(STOP_TIMEOUT_S), host], capture_output=True)
+
+
+def supervise_hosts(procs: Mapping[str, subprocess.Popen], timeout_s: float, peer_grace_s: float,
+                    stop: Callable[[str], None], poll_s: float = 0.5,
+                    clock: Callable[[], float] = time.monotonic) -> dict[str, int]:
+    """Waits for every host's process; returns host -> exit code.
+
+    Once a host has exited non-zero, the others get ``peer_grace_s`` seconds to exit on their
+    own (and write their own failure), then ``stop(host)`` ends them, as SageMaker ends the other
+    instances of a job whose host failed. At ``timeout_s`` every host still running is stopped
+    and reported as 124.
+    """
+    deadline = clock() + timeout_s
+    failed_at: float | None = None
+    codes: dict[str, int] = {}
+    while len(codes) < len(procs):
+        for host, proc in procs.items():
+            if host not in codes and (code := proc.poll()) is not None:
+                codes[host] = code
+                if code != 0 and failed_at is None:
+                    failed_at = clock()
+        running = [h for h in procs if h not in codes]
+        timed_out = clock() > deadline
+        if running and (timed_out or (failed_at is not None and clock() > failed_at + peer_grace_s)):
+            for host in running:
+                stop(host)
+            for host in running:
+                code = procs[host].wait()
+                codes[host] = 124 if timed_out else code
+        elif running:
+            time.sleep(poll_s)
+    return {host: codes[host] for host in procs}
 
 
 def run_compose(job: ClusterJob, compose_path: str, timeout_s: float) -> dict[str, int]:
@@ -247,7 +334,8 @@ def _job_from(args: argparse.Namespace) -> ClusterJob:
     if args.job_file:
         with open(args.job_file) as handle:
             spec = json.load(handle)
-    for key in ("image", "instance_count", "processes_per_host", "distribution", "program", "source_dir", "gpus"):
+    for key in ("image", "instance_count", "processes_per_host", "distribution", "program", "source_dir", "gpus",
+                "subnet"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
     hyperparameters = dict(spec.get("hyperparameters", {}))
@@ -277,6 +365,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--program", help="sagemaker_program (default builtin:pytorch)")
     parser.add_argument("--source-dir", help="directory mounted at /opt/ml/code")
     parser.add_argument("--gpus", choices=("none", "all"))
+    parser.add_argument("--subnet", help=f"the private network's IPv4 subnet (default {DEFAULT_SUBNET})")
     parser.add_argument("-p", "--hyperparameter", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--channel", action="append", default=[], metavar="NAME=DIR",
                         help="a channel (default: the digits data set as training and validation)")
