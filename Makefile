@@ -12,6 +12,8 @@ export PATH := $(VENV)/bin:$(PATH)
 # the image (the default), RUN_IN=host in the host's virtual environment.
 FLAVOR ?= cpu
 IMAGE ?= dtc:$(FLAVOR)
+# make gpu-verify / make gpu-check (and make test when the GPU build's inputs changed): the GPU image.
+GPU_IMAGE ?= dtc:gpu
 RUN_IN ?= image
 # make train: the framework (pytorch | tensorflow), MPI processes on this host, epochs, and
 # where the local /opt/ml tree goes.
@@ -19,6 +21,9 @@ FRAMEWORK ?= pytorch
 PROCESSES_PER_HOST ?= 2
 EPOCHS ?= 12
 JOB_DIR ?= $(CURDIR)/build/job/opt/ml
+# Extra `docker/podman run` options for make train, e.g. CONTAINER_ARGS=--all-gpus on a GPU machine
+# (scripts/container.sh turns it into Docker's --gpus all or podman's CDI device).
+CONTAINER_ARGS ?=
 # make cluster: a local SageMaker cluster of INSTANCE_COUNT containers (algo-1..N) running
 # DISTRIBUTION (none | mpi | torch_distributed | multi_worker_mirrored_strategy |
 # parameter_server) with builtin:$(FRAMEWORK), or JOB_FILE (JSON; see dtc_local/cluster.py);
@@ -37,7 +42,7 @@ PYTEST_ARGS ?=
 SETUP_STAMP := $(VENV)/.setup-complete
 SETUP_INPUTS := versions.env pyproject.toml scripts/setup-host.sh $(wildcard docker/*.sh docker/patches/*.patch)
 
-.PHONY: setup image train cluster test clean
+.PHONY: setup image train cluster test bench bench-gpu gpu-verify gpu-check clean
 
 $(SETUP_STAMP): $(SETUP_INPUTS)
 	scripts/setup-host.sh
@@ -54,7 +59,7 @@ train: $(SETUP_STAMP) $(if $(filter image,$(RUN_IN)),image)
 	$(PYTHON) -m dtc_local.job_tree $(JOB_DIR) --digits --program builtin:$(FRAMEWORK) \
 	  --mpi $(PROCESSES_PER_HOST) -p epochs=$(EPOCHS)
 ifeq ($(RUN_IN),image)
-	scripts/container.sh run --rm --shm-size 1g -v $(JOB_DIR):/opt/ml $(IMAGE) train
+	scripts/container.sh run --rm --shm-size 1g $(CONTAINER_ARGS) -v $(JOB_DIR):/opt/ml $(IMAGE) train
 else
 	SAGEMAKER_BASE_DIR=$(JOB_DIR) train
 endif
@@ -67,8 +72,30 @@ cluster: $(SETUP_STAMP) image
 	    -p epochs=$(EPOCHS)) \
 	  $(foreach hp,$(HYPERPARAMETERS),-p $(hp)) $(CLUSTER_ARGS)
 
+# Every test. The GPU image is built and checked too when its build inputs differ from the
+# last verification (tests/fixtures/gpu-verified.json; scripts/gpu_inputs.py).
 test: $(SETUP_STAMP) image
-	DTC_IMAGE=$(IMAGE) $(PYTHON) -m pytest $(PYTEST_ARGS)
+	@if python3 scripts/gpu_inputs.py check; then gpu_image=; else \
+	  FLAVOR=gpu IMAGE=$(GPU_IMAGE) scripts/build-image.sh && gpu_image=$(GPU_IMAGE); fi; \
+	DTC_IMAGE=$(IMAGE) DTC_GPU_IMAGE=$$gpu_image $(PYTHON) -m pytest $(PYTEST_ARGS)
+
+# Benchmarks in the image (bench/run.py): JSON, plots and a ratio table under build/bench/;
+# QUICK=1 runs tiny sizes in about two minutes (what make test checks).
+QUICK ?=
+bench: $(SETUP_STAMP) image
+	$(PYTHON) bench/run.py --image $(IMAGE) $(if $(QUICK),--quick)
+
+# On a GPU machine: B1-B4 in the GPU image with a dated report (skips cleanly without a GPU).
+bench-gpu: $(SETUP_STAMP)
+	$(PYTHON) bench/run.py --gpu --image $(GPU_IMAGE) $(if $(QUICK),--quick)
+
+# Builds the GPU image, runs every check that needs no GPU, records the verification (commit it).
+gpu-verify: $(SETUP_STAMP) image
+	IMAGE=$(IMAGE) GPU_IMAGE=$(GPU_IMAGE) PYTHON=$(PYTHON) scripts/gpu-verify.sh
+
+# On a machine with NVIDIA GPUs: every GPU runtime check, with a dated report (scripts/gpu-check.sh).
+gpu-check:
+	GPU_IMAGE=$(GPU_IMAGE) scripts/gpu-check.sh
 
 clean:
 	rm -rf build .pytest_cache

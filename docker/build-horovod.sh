@@ -8,27 +8,43 @@
 # that changes the binary (the pins, the patches, the build switches, the Python ABI and the
 # flavor), so a rebuild happens exactly when one of them changes. HOROVOD_WHEEL_CACHE= (empty)
 # disables it. The log of a build is kept next to its wheel. `--print-key` prints the entry's name.
+# HOROVOD_WHEEL_SEED names a read-only directory of such entries to take a wheel from first: the
+# image build gets the host setup's entry there (scripts/build-image.sh), so Horovod is compiled
+# once per machine, not once for the host and again for the image.
 #
-# GPU flavor (FLAVOR=gpu): NCCL operations linked against the shared libnccl.so.2 that PyTorch
-# loads (HOROVOD_NCCL_LINK=SHARED; image-build.md pitfall 8), CUDA architectures from
-# HOROVOD_CUDA_CC_LIST, CUDA_HOME default /usr/local/cuda.
+# The wheel is relocatable: its libraries find torch's, TensorFlow's (and on GPU the CUDA runtime's
+# and NCCL's) libraries through RUNPATH entries relative to themselves ($ORIGIN/../../<package>),
+# so one built in the host's venv works in the image's and `ldd` resolves them without
+# LD_LIBRARY_PATH. Debug information is stripped (about 100 MB less per library).
+#
+# GPU flavor (FLAVOR=gpu): NCCL operations linked against the shared libnccl.so.2 of the
+# nvidia-nccl-cu12 wheel torch loads (HOROVOD_NCCL_LINK=SHARED; image-build.md pitfall 8), CUDA
+# kernels for HOROVOD_CUDA_CC_LIST, compiled by the toolkit at CUDA_HOME (default /usr/local/cuda;
+# docker/install-cuda-toolkit.sh).
 source "$(dirname "$0")/lib.sh"
 HOROVOD_WHEEL_CACHE="${HOROVOD_WHEEL_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/dtc/horovod-wheels}"
 
 # The build's switches. They are part of the cache key: change one and the wheel is rebuilt.
+# shellcheck disable=SC2016  # $ORIGIN is for the dynamic linker, not the shell
+rpath='$ORIGIN/../../torch/lib:$ORIGIN/../../tensorflow'
 build_flags=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1
              HOROVOD_WITHOUT_MXNET=1)
 if [ "$FLAVOR" = gpu ]; then
+  rpath+=':$ORIGIN/../../nvidia/cuda_runtime/lib:$ORIGIN/../../nvidia/nccl/lib'
   build_flags+=(HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_LINK=SHARED "HOROVOD_BUILD_CUDA_CC_LIST=$HOROVOD_CUDA_CC_LIST")
 fi
+build_flags+=("LDFLAGS=-Wl,-rpath,$rpath")
 
 abi="$("$PYTHON" -c 'import sys, sysconfig; print(sys.implementation.cache_tag, sysconfig.get_platform())')"
 key="$( {
   echo "$abi $FLAVOR ${build_flags[*]}"
   for pin in HOROVOD_VERSION TENSORFLOW_VERSION TORCH_VERSION OPENMPI_VERSION NUMPY_VERSION; do echo "$pin=${!pin}"; done
   if [ "$FLAVOR" = gpu ]; then
-    for pin in CUDA_VERSION TORCH_CUDA_INDEX NCCL_PIP_PACKAGE; do echo "$pin=${!pin}"; done
+    for pin in TORCH_GPU_VERSION NCCL_VERSION CUDA_TOOLKIT_DEB_VERSION CUDA_BUILD_RUNTIME_CU12_VERSION; do
+      echo "$pin=${!pin}"
+    done
   fi
+  echo "stripped"
   cat "$DOCKER_DIR"/patches/*.patch
   if [ "$FLAVOR" = gpu ]; then cat "$DOCKER_DIR"/patches/gpu/*.patch; fi
 } | sha256sum | cut -c1-16)"
@@ -36,8 +52,13 @@ cache_dir="$HOROVOD_WHEEL_CACHE/horovod-$HOROVOD_VERSION-$FLAVOR-$key"
 if [ "${1:-}" = --print-key ]; then echo "horovod-$HOROVOD_VERSION-$FLAVOR-$key"; exit 0; fi
 
 wheel="$(ls "$cache_dir"/horovod-*.whl 2>/dev/null | head -1 || true)"
-if [ -n "$HOROVOD_WHEEL_CACHE" ] && [ -n "$wheel" ]; then
+[ -n "$HOROVOD_WHEEL_CACHE" ] || wheel=""
+seeded="$(ls "${HOROVOD_WHEEL_SEED:-/nonexistent}/$(basename "$cache_dir")"/horovod-*.whl 2>/dev/null | head -1 || true)"
+if [ -n "$wheel" ]; then
   log "using cached wheel $wheel"
+elif [ -n "$seeded" ]; then
+  log "using the wheel the host setup built from the same inputs: $seeded"
+  wheel="$seeded"
 else
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
@@ -58,16 +79,23 @@ else
   export CXXFLAGS="${CXXFLAGS:-} -I$tf_include/external/highwayhash -I$tf_include/external/farmhash_archive/src"
   export "${build_flags[@]}" MAKEFLAGS="-j${HOROVOD_BUILD_JOBS:-$(nproc)}"
   export CMAKE_POLICY_VERSION_MINIMUM=3.5   # Gloo's cmake_minimum_required under CMake 4 (horovod #4310)
+  nccl_link=""
   if [ "$FLAVOR" = gpu ]; then
-    nccl_home="$("$PYTHON" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])')"
-    [ -e "$nccl_home/lib/libnccl.so" ] || ln -sf libnccl.so.2 "$nccl_home/lib/libnccl.so"
-    export HOROVOD_NCCL_HOME="$nccl_home" HOROVOD_CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+    nccl_home="$("$PYTHON" -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])')"
+    # The linker wants the unversioned name; the link exists for this build only.
+    [ -e "$nccl_home/lib/libnccl.so" ] || { ln -s libnccl.so.2 "$nccl_home/lib/libnccl.so"; nccl_link="$nccl_home/lib/libnccl.so"; }
+    export HOROVOD_NCCL_HOME="$nccl_home" HOROVOD_CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
   fi
-  log "building (about 8 minutes on 2 cores); MAKEFLAGS=$MAKEFLAGS"
+  log "building (about 6 minutes on 2 cores, 8 for the GPU flavor); MAKEFLAGS=$MAKEFLAGS"
   start=$(date +%s)
   "$PYTHON" -m pip wheel -v --no-deps --no-build-isolation -w "$work/dist" "$src" > "$work/build.log" 2>&1 \
     || { tail -60 "$work/build.log" >&2; die "horovod build failed (log tail above)"; }
   log "built in $(( $(date +%s) - start )) s"
+  [ -z "$nccl_link" ] || rm -f "$nccl_link"
+  "$PYTHON" -m wheel unpack -d "$work/unpacked" "$work"/dist/horovod-*.whl >/dev/null
+  find "$work/unpacked" -name '*.so' -exec strip --strip-debug {} +
+  rm "$work"/dist/horovod-*.whl
+  "$PYTHON" -m wheel pack -d "$work/dist" "$work"/unpacked/horovod-* >/dev/null
   wheel="$(ls "$work"/dist/horovod-*.whl)"
   if [ -n "$HOROVOD_WHEEL_CACHE" ]; then
     mkdir -p "$HOROVOD_WHEEL_CACHE"
@@ -80,7 +108,8 @@ else
 fi
 
 pip_install --no-deps --force-reinstall "$wheel"
-pip_install cloudpickle psutil pyyaml packaging "cffi>=1.4.0"   # horovod's runtime requirements
+pip_install "cloudpickle==$CLOUDPICKLE_VERSION" "psutil==$PSUTIL_VERSION" "pyyaml==$PYYAML_VERSION" \
+  "packaging==$PACKAGING_VERSION" "cffi==$CFFI_VERSION"   # horovod's runtime requirements
 
 horovodrun="$("$PYTHON" -c 'import os, sys; print(os.path.dirname(sys.executable))')/horovodrun"
 check="$("$horovodrun" --check-build)"

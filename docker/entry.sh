@@ -3,15 +3,17 @@
 # anything else is exec'd, so `docker run IMAGE bash` works. Both paths end in `exec`, so the
 # command becomes PID 1 and receives SIGTERM itself (train forwards it to the training processes).
 
-# CUDA forward compatibility: when the host's driver is older than the CUDA in this image, the
-# compat libraries must come first on the library path. Done here, inline, before `exec`: run as a
-# child script (as AWS's start_cuda_compat.sh is) the export would be lost (image-build.md 9.12).
-if [ -d /usr/local/cuda/compat ] && [ -r /proc/driver/nvidia/version ]; then
-  driver="$(sed -n 's/.*Kernel Module *\([0-9.]*\).*/\1/p' /proc/driver/nvidia/version | head -n1)"
-  compat="$(ls /usr/local/cuda/compat/libcuda.so.*.* 2>/dev/null | sed 's/.*libcuda\.so\.//' | sort -V | tail -n1)"
-  if [ -n "$driver" ] && [ -n "$compat" ] \
-     && [ "$(printf '%s\n%s\n' "$driver" "$compat" | sort -V | head -n1)" = "$driver" ] && [ "$driver" != "$compat" ]; then
-    export LD_LIBRARY_PATH="/usr/local/cuda/compat${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# GPU: Horovod's PyTorch ops dlopen the unversioned "libcuda.so" (horovod/torch/cuda_util.cc).
+# The NVIDIA container toolkit injects the driver's libcuda.so.1; only its newer releases add the
+# unversioned link. When the driver is there and the link is not, make one in a private directory
+# and put that first on the library path (inherited by every rank; mpirun forwards it). Done
+# here, inline, before `exec`: a child script's export would be lost (image-build.md 9.12).
+if [ -z "${DTC_NO_LIBCUDA_LINK:-}" ] && ! ldconfig -p | grep -q 'libcuda\.so '; then
+  driver="$(ldconfig -p | sed -n 's/.*libcuda\.so\.1 .*=> \(.*\)/\1/p' | head -n1)"
+  [ -n "$driver" ] || [ ! -e /usr/lib/x86_64-linux-gnu/libcuda.so.1 ] || driver=/usr/lib/x86_64-linux-gnu/libcuda.so.1
+  if [ -n "$driver" ]; then
+    mkdir -p /run/dtc/libcuda && ln -sf "$driver" /run/dtc/libcuda/libcuda.so
+    export LD_LIBRARY_PATH="/run/dtc/libcuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
 fi
 

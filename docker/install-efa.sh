@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# GPU flavor, INSTALL_EFA=true: AWS's EFA installer ($EFA_INSTALLER_VERSION), which brings
-# libfabric and the aws-ofi-nccl plugin NCCL uses on EFA instances (p4d, p5). Kernel modules
-# and limits are the host's business (--skip-kmod --skip-limit-conf).
+# GPU flavor, INSTALL_EFA=true: AWS's EFA installer ($EFA_INSTALLER_VERSION), which brings the
+# aws-ofi-nccl plugin NCCL needs to use EFA on p4d/p5 instances (and AWS's own libfabric build).
+# Neither Debian nor PyPI has the plugin; Debian's libfabric with its EFA provider is in the GPU
+# image without this. Needs efa-installer.amazonaws.com (this project's build machines cannot
+# reach it). Kernel modules and limits are the host's business (--skip-kmod --skip-limit-conf).
 source "$(dirname "$0")/lib.sh"
 [ "${INSTALL_EFA:-false}" = true ] || { log "EFA not requested (INSTALL_EFA=${INSTALL_EFA:-false})"; exit 0; }
 [ "$FLAVOR" = gpu ] || die "INSTALL_EFA=true needs FLAVOR=gpu"

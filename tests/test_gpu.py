@@ -1,27 +1,36 @@
-"""GPU checks: skipped without an NVIDIA GPU (CI has none); run them where one is present."""
+"""GPU runtime checks, for a machine with NVIDIA GPUs (skipped without one; CI has none).
 
-import subprocess
-import sys
+`make gpu-check` (scripts/gpu-check.sh) runs these with DTC_GPU_IMAGE set and writes a dated
+report. They start the GPU image with every GPU passed in (`docker run --gpus all`, or podman's
+CDI device `nvidia.com/gpu=all`) and run: the in-image GPU suite (tests/gpu: NCCL allreduce,
+broadcast and allgather with exact values for both frameworks on one GPU and on all of them,
+DALI decoding into GPU memory, each built-in trainer on the GPU), and the main job the way a
+user runs it (`docker run --gpus all ... train`).
+"""
 
 import pytest
 
-from conftest import run_train
-from test_trainers_e2e import _job
+from conftest import REPO
+from test_image import container, flavor_image
+from test_trainers_e2e import METRIC, _job
 
-pytestmark = pytest.mark.gpu
-
-
-def test_horovod_nccl_allreduce_on_one_gpu(tmp_path):
-    code = ("import horovod.torch as hvd, torch; hvd.init(); "
-            "x = torch.arange(4., device='cuda'); y = hvd.allreduce(x, op=hvd.Sum); "
-            "assert y.is_cuda and y.tolist() == [0., 1., 2., 3.], y; "
-            "from horovod.torch import nccl_built; assert nccl_built(); print('ok')")
-    done = subprocess.run(["mpirun", "-np", "1", sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr
+pytestmark = [pytest.mark.gpu, pytest.mark.image]
 
 
-def test_pytorch_trainer_decodes_on_the_gpu(make_job, digits_channels):
-    root = _job(make_job, digits_channels, "pytorch", processes_per_host=1)
-    result = run_train(root)
-    assert result.returncode == 0, result.output[-4000:]
-    assert "DALI decodes on gpu" in result.output
+def test_gpu_runtime_suite_in_the_gpu_image():
+    done = container("run", "--rm", "--all-gpus", "--shm-size", "8g", "-v", f"{REPO / 'tests' / 'gpu'}:/tests:ro",
+                     flavor_image("gpu"), "python", "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", "/tests",
+                     timeout_s=3600)
+    assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
+    assert "skipped" not in done.stdout.splitlines()[-1], done.stdout[-3000:]   # the GPUs were visible
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_main_job_with_every_gpu(framework, make_job, digits_channels):
+    root = _job(make_job, digits_channels, framework, processes_per_host=1)
+    done = container("run", "--rm", "--all-gpus", "--shm-size", "8g", "-v", f"{root}:/opt/ml", flavor_image("gpu"),
+                     "train", timeout_s=1800)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "DALI decodes on gpu" in done.stdout + done.stderr
+    assert float(METRIC.findall(done.stdout)[-1][2]) >= 0.90
+    assert (root / "output" / "success").exists()

@@ -1,7 +1,8 @@
-"""The built CPU image, exercised with podman (or docker): its in-image sanity suite, its entry
-script and labels, the main job inside it, and SIGTERM reaching the training processes.
+"""The built images, exercised with podman (or docker): the in-image sanity suite, the entry
+script and labels, the main job inside the image, and SIGTERM reaching the training processes.
 
-`make test` builds the image first and names it in DTC_IMAGE; without DTC_IMAGE these tests skip.
+`make test` builds the CPU image and names it in DTC_IMAGE; DTC_GPU_IMAGE names a GPU-flavor
+image (tests/test_gpu_image.py). Tests for an image that is not named skip.
 """
 
 import json
@@ -17,41 +18,80 @@ from conftest import PROGRAMS, REPO, run_train
 from test_install import pins
 from test_trainers_e2e import DIGEST, METRIC, _job
 
-IMAGE = os.environ.get("DTC_IMAGE")
-pytestmark = [pytest.mark.image,
-              pytest.mark.skipif(not IMAGE, reason="DTC_IMAGE is not set (make test builds the image and sets it)")]
+IMAGES = {"cpu": os.environ.get("DTC_IMAGE"), "gpu": os.environ.get("DTC_GPU_IMAGE")}
+IMAGE = IMAGES["cpu"]
 CONTAINER = str(REPO / "scripts" / "container.sh")
+pytestmark = pytest.mark.image
+
+
+def flavor_image(flavor: str) -> str:
+    if not IMAGES[flavor]:
+        pytest.skip(f"no {flavor} image named ({'DTC_IMAGE' if flavor == 'cpu' else 'DTC_GPU_IMAGE'}; "
+                    f"{'make test' if flavor == 'cpu' else 'make gpu-verify, or make test when the GPU build inputs changed,'}"
+                    " sets it)")
+    return IMAGES[flavor]
 
 
 def container(*argv: str, timeout_s: float = 900, check: bool = False) -> subprocess.CompletedProcess:
     return subprocess.run([CONTAINER, *argv], capture_output=True, text=True, timeout=timeout_s, check=check)
 
 
+def run_job_in(image: str, root, timeout_s: float = 900) -> subprocess.CompletedProcess:
+    return container("run", "--rm", "--shm-size", "1g", "-v", f"{root}:/opt/ml", image, "train", timeout_s=timeout_s)
+
+
 def test_in_image_sanity_suite():
-    done = container("run", "--rm", "--network", "none", "-v", f"{REPO / 'tests' / 'image'}:/tests:ro", IMAGE,
-                     "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "/tests")
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    check_in_image_suite("cpu")
 
 
-def test_any_other_command_is_execd_as_pid_1():
-    done = container("run", "--rm", IMAGE, "bash", "-c", 'echo "$$ $(cat /proc/1/comm)"', check=True)
-    assert done.stdout.split() == ["1", "bash"]
+def check_in_image_suite(flavor: str) -> None:
+    done = container("run", "--rm", "--network", "none", "-v", f"{REPO / 'tests' / 'image'}:/tests:ro",
+                     flavor_image(flavor), "python", "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "/tests")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    if flavor == "gpu":
+        assert " skipped" not in done.stdout.splitlines()[-1], done.stdout[-3000:]   # every GPU check ran
 
 
 def test_labels_carry_the_versions():
-    labels = json.loads(container("image", "inspect", IMAGE, check=True).stdout)[0]["Config"]["Labels"]
+    check_labels("cpu")
+
+
+def check_labels(flavor: str) -> None:
+    labels = json.loads(container("image", "inspect", flavor_image(flavor), check=True).stdout)[0]["Config"]["Labels"]
     pinned = pins()
+    assert labels["ai.dtc.flavor"] == flavor
     assert labels["ai.dtc.tensorflow"] == pinned["TENSORFLOW_VERSION"]
-    assert labels["ai.dtc.pytorch"] == pinned["TORCH_VERSION"]
     assert labels["ai.dtc.horovod"] == pinned["HOROVOD_VERSION"]
     assert labels["ai.dtc.python"] == pinned["PYTHON_VERSION"]
-    assert labels["ai.dtc.cuda"] == pinned["CUDA_VERSION"] and labels["ai.dtc.flavor"] == "cpu"
+    if flavor == "cpu":
+        assert labels["ai.dtc.pytorch"] == pinned["TORCH_VERSION"] and labels["ai.dtc.cuda"] == "none"
+    else:
+        assert labels["ai.dtc.pytorch"] == pinned["TORCH_GPU_VERSION"]
+        assert labels["ai.dtc.cuda"] == pinned["CUDA_RUNTIME_VERSION"]
+
+
+def test_any_other_command_is_execd_as_pid_1():
+    done = container("run", "--rm", flavor_image("cpu"), "bash", "-c", 'echo "$$ $(cat /proc/1/comm)"', check=True)
+    assert done.stdout.split() == ["1", "bash"]
+
+
+def test_entry_script_links_an_injected_libcuda_for_horovods_dlopen(tmp_path):
+    """Older NVIDIA container toolkits inject libcuda.so.1 without the unversioned libcuda.so that
+    Horovod's PyTorch ops dlopen: the entry script adds one and puts it on the library path."""
+    driver = tmp_path / "libcuda.so.1"
+    driver.write_bytes(b"\x7fELF")
+    script = 'echo "$LD_LIBRARY_PATH"; readlink /run/dtc/libcuda/libcuda.so'
+    done = container("run", "--rm", "-v", f"{driver}:/usr/lib/x86_64-linux-gnu/libcuda.so.1:ro", flavor_image("cpu"),
+                     "bash", "-c", script, check=True)
+    assert done.stdout.split() == ["/run/dtc/libcuda", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"]
+    without = container("run", "--rm", flavor_image("cpu"), "bash", "-c", script)
+    assert without.stdout.strip() == ""        # no driver, no link, library path untouched
 
 
 def test_main_job_in_the_image_matches_the_host(make_job, digits_channels, tmp_path_factory):
     """The same job, in the image and on the host's venv, ends with bit-identical weights."""
     root = _job(make_job, digits_channels, "pytorch")
-    done = container("run", "--rm", "--shm-size", "1g", "-v", f"{root}:/opt/ml", IMAGE, "train")
+    done = run_job_in(flavor_image("cpu"), root)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     epochs = METRIC.findall(done.stdout)
     assert len(epochs) == 12 and float(epochs[-1][2]) >= 0.90
@@ -68,11 +108,12 @@ def test_main_job_in_the_image_matches_the_host(make_job, digits_channels, tmp_p
 
 
 def test_sigterm_to_the_container_reaches_the_training_processes(make_job):
+    image = flavor_image("cpu")
     root = make_job({"sagemaker_program": "wait_for_sigterm.py", "sagemaker_mpi_enabled": True,
                      "sagemaker_mpi_num_of_processes_per_host": 2})
     shutil.copy(PROGRAMS / "wait_for_sigterm.py", root / "code")
     name = f"dtc-sigterm-{os.getpid()}"
-    container("run", "-d", "--name", name, "-v", f"{root}:/opt/ml", IMAGE, "train", check=True)
+    container("run", "-d", "--name", name, "-v", f"{root}:/opt/ml", image, "train", check=True)
     try:
         deadline = time.monotonic() + 120
         while not all((root / "output" / "data" / f"started-{r}").exists() for r in (0, 1)):

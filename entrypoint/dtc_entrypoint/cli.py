@@ -16,7 +16,7 @@ import sys
 import traceback
 
 from . import config as job_config
-from . import host_identity, launch, mpi_hosts, peers, program, report, strategy, supervise
+from . import fabric, host_identity, launch, mpi_hosts, peers, program, report, strategy, supervise
 from .errors import EXIT_CONFIG_ERROR, EXIT_INTERNAL_ERROR, EXIT_PEER_ERROR, ConfigError, PeerError, ProgramNotFoundError
 from .plan import HOST_SPECIFIC_SM_VARS
 
@@ -69,6 +69,8 @@ def run_job(plan_only: bool) -> int:
         print(json.dumps({"current_host": config.current_host, **plan.to_dict()}, indent=2))
         return 0
     report.clear_status(config.output_dir)
+    if warning := fabric.efa_warning():
+        log.warning("%s", warning)
     others = [h for h in plan.hosts if h != config.current_host]
     if others:   # fail in seconds, naming the host, when the cluster cannot form
         addresses = peers.wait_for_names(others, _env_seconds("DTC_HOST_RESOLVE_TIMEOUT_S", 120))

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     common.configure_logging(rank)
     torch.manual_seed(args.seed)
     dali_device_id = local_rank if device.type == "cuda" else None
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_size))
+    torch_common.set_threads_per_rank(local_size)
 
     data = dali_data.rank_data(contract.channel_dir(args.train_channel), contract.channel_dir(args.validation_channel),
                                args.batch_size, rank, size)

@@ -10,7 +10,6 @@ epoch, and saves ``model.pth`` (the state dict) with ``model.json`` to the model
 Hyperparameters: see ``dtc_train.common.parse_args``.
 """
 
-import os
 import sys
 
 import horovod
@@ -32,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     device = torch_common.device_for(args.data_device, hvd.local_rank())
     dali_device_id = hvd.local_rank() if device.type == "cuda" else None
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
+    torch_common.set_threads_per_rank(hvd.local_size())
 
     data = dali_data.rank_data(contract.channel_dir(args.train_channel), contract.channel_dir(args.validation_channel),
                                args.batch_size, rank, size)

@@ -71,9 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     replicas = strategy.num_replicas_in_sync
     global_batch = args.batch_size * replicas
     steps = math.ceil(len(train_labels) / global_batch)
-    common.log.info("TensorFlow %s MultiWorkerMirroredStrategy: %s %d of %d workers (host %s), %d replicas; "
+    common.log.info("TensorFlow %s MultiWorkerMirroredStrategy: %s %d of %d workers (host %s), %d replicas on %s; "
                     "%d training images (%d steps/epoch), %d validation images", tf.__version__, task_type, task_id,
-                    workers, contract.current_host(), replicas, len(train_labels), steps, len(validation[1]))
+                    workers, contract.current_host(), replicas, ", ".join(strategy.extended.worker_devices),
+                    len(train_labels), steps, len(validation[1]))
 
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA

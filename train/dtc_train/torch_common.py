@@ -22,6 +22,15 @@ def device_for(data_device: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def set_threads_per_rank(local_size: int) -> int:
+    """Gives each of the host's ``local_size`` ranks an equal share of the CPUs this process may run
+    on (its affinity: a container's cpuset or a pinned rank sees fewer than ``os.cpu_count()``) as
+    PyTorch intra-op threads. Returns the thread count."""
+    threads = max(1, len(os.sched_getaffinity(0)) // local_size)
+    torch.set_num_threads(threads)
+    return threads
+
+
 def batches(pipe, device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless (images float32 [B, 1, 8, 8], labels int64 [B]) batches from a built DALI pipeline."""
     from nvidia.dali.plugin.pytorch import DALIGenericIterator

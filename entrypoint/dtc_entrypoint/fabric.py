@@ -1,0 +1,71 @@
+"""NCCL's network on EFA instances: warn when it would fall back to TCP sockets.
+
+On ``ml.p4d``/``ml.p5`` instances the Elastic Fabric Adapter appears in the container as RDMA
+devices under ``/dev/infiniband`` (``uverbs0``...). NCCL uses it only through a network plugin,
+AWS's aws-ofi-nccl (``libnccl-net.so``; ``libnccl-net-ofi.so`` from EFA installer 1.44), over
+libfabric's EFA provider. NCCL looks the plugin up with ``dlopen`` (``NCCL_NET_PLUGIN`` names
+another: ``libnccl-net-<name>.so``), and without one it silently uses TCP sockets, several times
+slower across hosts. Neither Debian nor PyPI ships aws-ofi-nccl; the GPU flavor's build argument
+``INSTALL_EFA=true`` installs it with AWS's EFA installer (docs/image.md).
+"""
+
+import importlib.util
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+
+DEVICE_DIR = "/dev/infiniband"
+DEFAULT_LIBRARY_DIRS = ("/lib", "/usr/lib", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu")
+
+
+def plugin_names(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The file names NCCL's ``dlopen`` tries for its network plugin."""
+    name = environ.get("NCCL_NET_PLUGIN", "")
+    if name and name.lower() != "none":
+        return (f"libnccl-net-{name}.so", name)
+    return ("libnccl-net.so", "libnccl-net-ofi.so")
+
+
+def find_plugin(environ: Mapping[str, str], ldconfig_cache: str,
+                default_dirs: Sequence[str] = DEFAULT_LIBRARY_DIRS) -> str | None:
+    """Where ``dlopen`` would find the plugin: ``LD_LIBRARY_PATH``, then the linker cache
+    (``ldconfig -p`` output), then the default directories. ``None`` when nowhere."""
+    names = plugin_names(environ)
+    for directory in [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]:
+        for name in names:
+            if os.path.exists(os.path.join(directory, name)):
+                return os.path.join(directory, name)
+    for line in ldconfig_cache.splitlines():
+        soname, _, path = line.strip().partition(" => ")
+        if soname.split(" (")[0] in names:
+            return path.strip()
+    for directory in default_dirs:
+        for name in names:
+            if os.path.exists(os.path.join(directory, name)):
+                return os.path.join(directory, name)
+    return None
+
+
+def efa_devices(device_dir: str = DEVICE_DIR) -> list[str]:
+    """The RDMA user-verbs devices (``uverbs*``) the container sees."""
+    try:
+        return sorted(n for n in os.listdir(device_dir) if n.startswith("uverbs"))
+    except OSError:
+        return []
+
+
+def efa_warning(environ: Mapping[str, str] = os.environ, device_dir: str = DEVICE_DIR,
+                ldconfig_cache: str | None = None) -> str | None:
+    """The warning line for this container, or ``None`` (no NCCL here, no EFA devices, or the
+    plugin is found)."""
+    devices = efa_devices(device_dir)
+    if not devices or importlib.util.find_spec("nvidia.nccl") is None:
+        return None
+    if ldconfig_cache is None:
+        ldconfig_cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    if find_plugin(environ, ldconfig_cache) is not None:
+        return None
+    return (f"{device_dir} has {len(devices)} RDMA device(s) ({', '.join(devices)}) but NCCL's OFI plugin "
+            f"({' or '.join(plugin_names(environ))}) is not on the library path: NCCL will use TCP sockets, "
+            "several times slower across hosts; build the image with --build-arg INSTALL_EFA=true, or put "
+            "aws-ofi-nccl's lib directory on LD_LIBRARY_PATH")
