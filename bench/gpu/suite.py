@@ -1,0 +1,193 @@
+"""The GPU benchmark suite, run inside the GPU image with the GPUs passed in (``bench/run.py
+--gpu``). Without a GPU it writes a result saying so and exits 0.
+
+* B1: ResNet-50 v1.5 training throughput, synthetic input, mixed precision (bf16 autocast),
+  channels-last, SGD, batch 256 per GPU: images/s over timed steps (CUDA events) after warm-up.
+  Anchor: NVIDIA DeepLearningExamples, A100-80GB AMP 2470 images/s (perf-and-style.md 1.4).
+* B2: the same training fed real JPEGs (500 x 375, quality 90, generated here) through our DALI
+  pipeline (GPU decode, random-resized crop 224, normalise) against a PyTorch DataLoader with PIL
+  decode and the same augmentation on CPU workers. Target: DALI >= 0.95 x B1.
+* B3: Horovod's single-rank overhead: B1 with ``hvd.DistributedOptimizer`` (size 1) against plain
+  PyTorch. Target <= 3 % (the PyTorch DDP paper's single-GPU overhead).
+* B4: NCCL allreduce bus bandwidth over every GPU of the machine (bench/collectives.py under
+  mpirun with ``--device cuda``), nccl-tests' formula.
+
+Usage: ``python /bench/gpu/suite.py --out /out [--quick]``.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+import common  # noqa: E402
+
+ANCHORS = {"B1": "NVIDIA DeepLearningExamples RN50 v1.5 PyTorch AMP, A100-80GB: 2470 images/s"}
+
+
+def train_throughput(batches, steps: int, warmup: int, batch_size: int, horovod: bool = False) -> float:
+    """Images/s of ResNet-50 training steps on GPU 0 (bf16 autocast, channels-last, SGD) over
+    ``steps`` timed steps after ``warmup``; ``batches`` yields (images [B,3,224,224], labels [B]) on GPU."""
+    import torch
+    from resnet import ResNet50
+
+    model = ResNet50().cuda().to(memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    if horovod:
+        import horovod.torch as hvd
+
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step(images, labels):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(images.contiguous(memory_format=torch.channels_last)), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(warmup):
+        step(*next(batches))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(steps):
+        step(*next(batches))
+    end.record()
+    torch.cuda.synchronize()
+    return steps * batch_size / (start.elapsed_time(end) / 1000)
+
+
+def synthetic(batch_size: int):
+    import torch
+
+    images = torch.randn(batch_size, 3, 224, 224, device="cuda")
+    labels = torch.randint(0, 1000, (batch_size,), device="cuda")
+    while True:
+        yield images, labels
+
+
+def make_jpegs(root: Path, count: int, classes: int = 10) -> None:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        folder = root / f"class{i % classes}"
+        folder.mkdir(parents=True, exist_ok=True)
+        base = rng.integers(0, 255, (375 // 15, 500 // 20, 3), dtype=np.uint8)   # blocky, JPEG-like content
+        Image.fromarray(np.kron(base, np.ones((15, 20, 1), dtype=np.uint8))).save(folder / f"{i}.jpg", quality=90)
+
+
+def dali_batches(root: Path, batch_size: int):
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    @pipeline_def(batch_size=batch_size, num_threads=max(2, len(os.sched_getaffinity(0))), device_id=0)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=str(root), random_shuffle=True, name="reader")
+        images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB)
+        images = fn.resize(images, resize_x=224, resize_y=224)
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
+                                          mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
+                                          std=[0.229 * 255, 0.224 * 255, 0.225 * 255])
+        return images, labels.gpu()
+
+    iterator = DALIGenericIterator([pipe()], ["images", "labels"], reader_name="reader",
+                                   last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
+    while True:
+        for batch in iterator:
+            yield batch[0]["images"], batch[0]["labels"].squeeze(-1).long()
+
+
+def dataloader_batches(root: Path, batch_size: int):
+    """PIL decode, random-resized crop to 224 and normalisation in DataLoader worker processes."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    files = sorted(root.glob("class*/*.jpg"))
+    mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+
+    class JpegFolder(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(files)
+
+        def __getitem__(self, i):
+            rng = np.random.default_rng(i)
+            image = Image.open(files[i]).convert("RGB")
+            w, h = image.size
+            scale = rng.uniform(0.08, 1.0)
+            cw, ch = max(1, int(w * scale ** 0.5)), max(1, int(h * scale ** 0.5))
+            x, y = rng.integers(0, w - cw + 1), rng.integers(0, h - ch + 1)
+            image = image.crop((x, y, x + cw, y + ch)).resize((224, 224), Image.BILINEAR)
+            array = (np.asarray(image, np.float32) / 255 - mean) / std
+            return torch.from_numpy(array.transpose(2, 0, 1)), int(files[i].parent.name[5:])
+
+    loader = torch.utils.data.DataLoader(JpegFolder(), batch_size=batch_size, shuffle=True, drop_last=True,
+                                         num_workers=max(1, len(os.sched_getaffinity(0))), pin_memory=True,
+                                         persistent_workers=True)
+    while True:
+        for images, labels in loader:
+            yield images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
+
+
+def b4_busbw(out: Path, gpus: int, quick: bool) -> list[dict]:
+    sizes = "1048576,8388608" if quick else "1048576,8388608,67108864,268435456,1073741824"
+    records = out / "b4.jsonl"
+    done = subprocess.run(["mpirun", "-np", str(gpus), "-bind-to", "none", sys.executable,
+                           str(HERE.parent / "collectives.py"), "allreduce", "--library", "horovod", "--device", "cuda",
+                           "--variant", f"horovod-nccl-{gpus}gpu", "--sizes", sizes, "--out", str(records)]
+                          + (["--quick"] if quick else []), capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"B4 failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+    return [{**r, "benchmark": "B4"} for r in common.read_records(str(records))]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    result = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": common.machine(),
+              "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+              "torch": torch.__version__, "cuda": torch.version.cuda, "anchors": ANCHORS}
+    if not result["gpus"]:
+        result["skipped"] = "no GPU visible: the GPU suite needs docker run --gpus all on an NVIDIA machine"
+        (out / "gpu-results.json").write_text(json.dumps(result, indent=2))
+        print(result["skipped"])
+        return
+    batch, steps, warmup, images = (32, 5, 3, 256) if args.quick else (256, 50, 20, 5000)
+    b1 = train_throughput(synthetic(batch), steps, warmup, batch)
+    with tempfile.TemporaryDirectory() as tmp:
+        make_jpegs(Path(tmp), images)
+        b2_dali = train_throughput(dali_batches(Path(tmp), batch), steps, warmup, batch)
+        b2_loader = train_throughput(dataloader_batches(Path(tmp), batch), steps, warmup, batch)
+    import horovod.torch as hvd
+
+    hvd.init()
+    b3 = train_throughput(synthetic(batch), steps, warmup, batch, horovod=True)
+    result.update({
+        "B1": {"images_per_s": b1, "batch_per_gpu": batch, "precision": "bf16 autocast"},
+        "B2": {"dali_images_per_s": b2_dali, "dataloader_images_per_s": b2_loader, "dali_vs_synthetic": b2_dali / b1,
+               "target_dali_vs_synthetic": 0.95},
+        "B3": {"horovod_images_per_s": b3, "plain_images_per_s": b1, "overhead": 1 - b3 / b1, "target_overhead": 0.03},
+        "B4": b4_busbw(out, len(result["gpus"]), args.quick),
+    })
+    (out / "gpu-results.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps({k: result[k] for k in ("gpus", "B1", "B2", "B3")}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

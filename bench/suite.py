@@ -1,0 +1,145 @@
+"""The CPU benchmark suite, run inside the image (bench/run.py starts it there): A1 allreduce
+bandwidth, A2 tensor fusion, A3 weak scaling, A4 dispatch overhead, A5 distributed start.
+
+Noise control (perf-and-style.md 1.8): every rank pins itself to one core and one thread; A and
+B variants are interleaved within each repeat (repeat 1 runs every variant, then repeat 2...), so
+a slow minute hits all of them alike; the 1-minute load average is recorded before and after
+each benchmark, and the run is flagged when the machine was not idle at the start (load above
+0.5; the benchmarks' own ranks load it afterwards, by design). Every repeat's raw record goes to
+``<out>/records.jsonl``; ``<out>/meta.json`` holds the machine, versions, pinning and loads.
+
+Usage: ``python /bench/suite.py --out /out [--quick] [--only A1,A4]``.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+import launch_overhead  # noqa: E402
+import scaling  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SIZES_FULL = [4 << 10, 64 << 10, 1 << 20, 8 << 20, 32 << 20, 128 << 20]
+SIZES_QUICK = [4 << 10, 1 << 20]
+
+
+def a1_a2_commands(out: str, quick: bool) -> dict[str, dict[str, list[str]]]:
+    """benchmark -> variant -> the command that measures it once (``--repeat`` appended later)."""
+    worker = [sys.executable, str(HERE / "collectives.py")]
+    sizes = ",".join(str(s) for s in (SIZES_QUICK if quick else SIZES_FULL))
+    mpirun = ["mpirun", "-np", "2", "-bind-to", "none"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29512"]
+    horovodrun_gloo = ["horovodrun", "-np", "2", "-H", "localhost:2", "--gloo"]
+    flags = ["--out", out] + (["--quick"] if quick else [])
+
+    def a1(library, variant):
+        return ["allreduce", "--library", library, "--variant", variant, "--sizes", sizes, *flags]
+
+    def a2(library, variant, *extra):
+        return ["fusion", "--library", library, "--variant", variant, *extra, *flags]
+
+    return {
+        "A1": {
+            "horovod-mpi": [*mpirun, *worker, *a1("horovod", "horovod-mpi")],
+            "horovod-gloo": [*horovodrun_gloo, *worker, *a1("horovod", "horovod-gloo")],
+            "torch-gloo": [*torchrun, *worker[1:], *a1("torch", "torch-gloo")],
+            "mpi4py": [*mpirun, *worker, *a1("mpi4py", "mpi4py")],
+            "memcpy": [*worker, *a1("memcpy", "memcpy")],
+        },
+        "A2": {
+            "horovod-fusion-on": [*mpirun, "-x", "HOROVOD_FUSION_THRESHOLD=67108864", *worker,
+                                  *a2("horovod", "horovod-fusion-on")],
+            "horovod-fusion-off": [*mpirun, "-x", "HOROVOD_FUSION_THRESHOLD=0", *worker,
+                                   *a2("horovod", "horovod-fusion-off")],
+            "ddp-bucket-1mb": [*torchrun, *worker[1:], *a2("ddp", "ddp-bucket-1mb", "--bucket-mb", "1")],
+            "ddp-bucket-25mb": [*torchrun, *worker[1:], *a2("ddp", "ddp-bucket-25mb", "--bucket-mb", "25")],
+        },
+    }
+
+
+def run_collectives(benchmark: str, variants: dict[str, list[str]], repeats: int) -> None:
+    for repeat in range(repeats):
+        for variant, argv in variants.items():
+            done = subprocess.run([*argv, "--repeat", str(repeat)], capture_output=True, text=True, timeout=1800,
+                                  stdin=subprocess.DEVNULL, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+            if done.returncode != 0:
+                raise SystemExit(f"{benchmark} {variant} failed ({done.returncode}):\n{done.stdout[-2000:]}\n"
+                                 f"{done.stderr[-3000:]}")
+
+
+def run_timed_cases(benchmark: str, cases: dict, repeats: int, records: str, work: Path) -> None:
+    rows = []
+    for repeat in range(repeats):
+        for variant, (argv, env, ranks) in cases.items():
+            seconds = launch_overhead.time_to_stamps(argv, env, work / "stamps", ranks)
+            rows.append({"benchmark": benchmark, "variant": variant, "ranks": ranks, "repeat": repeat,
+                         "time_s": seconds})
+    common.write_records(records, rows)
+
+
+def run_scaling(repeats: int, epochs: int, records: str, work: Path) -> None:
+    rows = []
+    for repeat in range(repeats):
+        for case in scaling.CASES:
+            for ranks in (1, 2):
+                rows.append({"benchmark": "A3", "variant": case, "ranks": ranks, "repeat": repeat,
+                             "images_per_s": scaling.run_case(work, case, ranks, epochs)})
+    common.write_records(records, rows)
+
+
+def versions() -> dict[str, str]:
+    names = ("tensorflow", "torch", "horovod", "mpi4py", "nvidia-dali-cuda120", "sagemaker-training", "numpy")
+    found = {name: metadata.version(name) for name in names}
+    found["openmpi"] = subprocess.run(["ompi_info", "--parsable"], capture_output=True, text=True).stdout \
+        .split("ompi:version:full:")[1].split()[0]
+    found["image_flavor"] = os.environ.get("FLAVOR", "")
+    return found
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks the harness in seconds")
+    parser.add_argument("--only", default="A1,A2,A3,A4,A5")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records = str(out / "records.jsonl")
+    repeats = 1 if args.quick else args.repeats
+    wanted = args.only.split(",")
+    load_at_start = common.load_average()
+    meta = {"machine": common.machine(), "versions": versions(), "quick": args.quick, "repeats": repeats,
+            "pinning": "each rank pinned to one core (sched_setaffinity by local rank), 1 intra-op thread",
+            "load_at_start": load_at_start, "flagged_under_load": load_at_start > common.LOAD_FLAG_THRESHOLD,
+            "load": {}}
+    commands = a1_a2_commands(records, args.quick)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for benchmark in wanted:
+            before = common.load_average()
+            print(f"[bench] {benchmark} (load {before:.2f})", flush=True)
+            if benchmark in commands:
+                run_collectives(benchmark, commands[benchmark], repeats)
+            elif benchmark == "A3":
+                run_scaling(repeats, 2 if args.quick else 4, records, work)
+            elif benchmark == "A4":
+                run_timed_cases("A4", launch_overhead.dispatch_cases(work), 2 if args.quick else 10, records, work)
+            elif benchmark == "A5":
+                run_timed_cases("A5", launch_overhead.distributed_start_cases(work), repeats, records, work)
+            else:
+                raise SystemExit(f"unknown benchmark {benchmark}")
+            meta["load"][benchmark] = {"before": before, "after": common.load_average()}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    print(f"[bench] records in {records}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
