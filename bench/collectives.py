@@ -39,8 +39,8 @@ def iterations_for(size_bytes: int, quick: bool) -> tuple[int, int]:
     if size_bytes <= 1 << 20:
         return 5, 50
     if size_bytes <= 16 << 20:
-        return 3, 10
-    return 2, 5
+        return 3, 20
+    return 2, 10
 
 
 class Library:

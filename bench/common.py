@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 LOAD_FLAG_THRESHOLD = 0.5   # 1-minute load average above which a run is flagged (perf-and-style.md 1.8)
+BUSY_FLAG_THRESHOLD = 0.10  # fraction of all CPUs busy, measured over a few seconds, for "not idle"
 
 
 def pin_to_one_core(local_rank: int) -> int:
@@ -61,6 +62,32 @@ def summary(values: Sequence[float]) -> dict[str, float]:
 def load_average() -> float:
     """The 1-minute load average (/proc/loadavg)."""
     return os.getloadavg()[0]
+
+
+def cpu_busy_fraction(seconds: float = 2.0) -> float:
+    """Fraction of the machine's CPU time spent busy (not idle or iowait) over ``seconds``, from
+    /proc/stat (machine-wide, also inside a container). Unlike the load average, it does not lag
+    behind a job that just ended."""
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = fields[3] + fields[4]
+        return sum(fields) - idle, sum(fields)
+
+    busy0, total0 = sample()
+    time.sleep(seconds)
+    busy1, total1 = sample()
+    return (busy1 - busy0) / max(1, total1 - total0)
+
+
+def wait_for_idle(max_wait_s: float = 180.0) -> float:
+    """Waits (up to ``max_wait_s``) until the machine is idle: at most ``BUSY_FLAG_THRESHOLD`` of
+    the CPUs busy over 2 s and a 1-minute load average at most ``LOAD_FLAG_THRESHOLD`` (the load
+    average decays for a minute or two after a build ends). Returns the last busy fraction."""
+    deadline = time.monotonic() + max_wait_s
+    busy = cpu_busy_fraction()
+    while (busy > BUSY_FLAG_THRESHOLD or load_average() > LOAD_FLAG_THRESHOLD) and time.monotonic() < deadline:
+        busy = cpu_busy_fraction()
+    return busy
 
 
 def machine() -> dict:

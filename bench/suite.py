@@ -3,9 +3,10 @@ bandwidth, A2 tensor fusion, A3 weak scaling, A4 dispatch overhead, A5 distribut
 
 Noise control (perf-and-style.md 1.8): every rank pins itself to one core and one thread; A and
 B variants are interleaved within each repeat (repeat 1 runs every variant, then repeat 2...), so
-a slow minute hits all of them alike; the 1-minute load average is recorded before and after
-each benchmark, and the run is flagged when the machine was not idle at the start (load above
-0.5; the benchmarks' own ranks load it afterwards, by design). Every repeat's raw record goes to
+a slow minute hits all of them alike. The suite first waits (up to 3 minutes) for the machine to
+be idle, and the run is flagged when it was not: more than 10 % of the CPUs busy over 2 s
+(/proc/stat), or a 1-minute load average above 0.5. The load average is also recorded before and
+after each benchmark (the benchmarks' own ranks raise it, by design). Every repeat's raw record goes to
 ``<out>/records.jsonl``; ``<out>/meta.json`` holds the machine, versions, pinning and loads.
 
 Usage: ``python /bench/suite.py --out /out [--quick] [--only A1,A4]``.
@@ -54,10 +55,14 @@ def a1_a2_commands(out: str, quick: bool) -> dict[str, dict[str, list[str]]]:
             "memcpy": [*worker, *a1("memcpy", "memcpy")],
         },
         "A2": {
-            "horovod-fusion-on": [*mpirun, "-x", "HOROVOD_FUSION_THRESHOLD=67108864", *worker,
-                                  *a2("horovod", "horovod-fusion-on")],
-            "horovod-fusion-off": [*mpirun, "-x", "HOROVOD_FUSION_THRESHOLD=0", *worker,
-                                   *a2("horovod", "horovod-fusion-off")],
+            "horovod-gloo-fusion-on": ["env", "HOROVOD_FUSION_THRESHOLD=67108864", *horovodrun_gloo, *worker,
+                                       *a2("horovod", "horovod-gloo-fusion-on")],
+            "horovod-gloo-fusion-off": ["env", "HOROVOD_FUSION_THRESHOLD=0", *horovodrun_gloo, *worker,
+                                        *a2("horovod", "horovod-gloo-fusion-off")],
+            "horovod-mpi-fusion-on": [*mpirun, "-x", "HOROVOD_FUSION_THRESHOLD=67108864", *worker,
+                                      *a2("horovod", "horovod-mpi-fusion-on")],
+            "horovod-mpi-fusion-off": [*mpirun, "-x", "HOROVOD_FUSION_THRESHOLD=0", *worker,
+                                       *a2("horovod", "horovod-mpi-fusion-off")],
             "ddp-bucket-1mb": [*torchrun, *worker[1:], *a2("ddp", "ddp-bucket-1mb", "--bucket-mb", "1")],
             "ddp-bucket-25mb": [*torchrun, *worker[1:], *a2("ddp", "ddp-bucket-25mb", "--bucket-mb", "25")],
         },
@@ -115,11 +120,13 @@ def main(argv=None) -> None:
     records = str(out / "records.jsonl")
     repeats = 1 if args.quick else args.repeats
     wanted = args.only.split(",")
+    busy_at_start = common.wait_for_idle(30 if args.quick else 180)
     load_at_start = common.load_average()
     meta = {"machine": common.machine(), "versions": versions(), "quick": args.quick, "repeats": repeats,
             "pinning": "each rank pinned to one core (sched_setaffinity by local rank), 1 intra-op thread",
-            "load_at_start": load_at_start, "flagged_under_load": load_at_start > common.LOAD_FLAG_THRESHOLD,
-            "load": {}}
+            "cpu_busy_at_start": busy_at_start, "load_at_start": load_at_start,
+            "flagged_under_load": busy_at_start > common.BUSY_FLAG_THRESHOLD
+            or load_at_start > common.LOAD_FLAG_THRESHOLD, "load": {}}
     commands = a1_a2_commands(records, args.quick)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -105,6 +106,25 @@ def test_main_job_in_the_image_matches_the_host(make_job, digits_channels, tmp_p
     assert on_host.returncode == 0, on_host.output[-3000:]
     assert METRIC.findall(on_host.stdout)[-1] == epochs[-1]
     assert {d for _, _, d in DIGEST.findall(on_host.stdout)} == set(in_image.values())
+
+
+def test_requirements_txt_is_installed_before_the_program_runs(make_job, tmp_path):
+    """The program's requirements.txt (here a local wheel, so no network is needed) is installed
+    into the image's environment before the program starts, as the toolkit does."""
+    package = tmp_path / "pkg"
+    (package / "dtc_demo").mkdir(parents=True)
+    (package / "dtc_demo" / "__init__.py").write_text("VALUE = 42\n")
+    (package / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
+                                            '"setuptools.build_meta"\n[project]\nname = "dtc-demo"\nversion = "0.1"\n')
+    root = make_job({"sagemaker_program": "uses_demo.py"})
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(root / "code"), str(package)], check=True, capture_output=True)
+    (root / "code" / "requirements.txt").write_text("./dtc_demo-0.1-py3-none-any.whl\n")
+    (root / "code" / "uses_demo.py").write_text(
+        "import os, dtc_demo\nopen(os.path.join(os.environ['SM_OUTPUT_DATA_DIR'], 'demo'), 'w').write(str(dtc_demo.VALUE))\n")
+    done = container("run", "--rm", "--network", "none", "-v", f"{root}:/opt/ml", flavor_image("cpu"), "train")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (root / "output" / "data" / "demo").read_text() == "42"
 
 
 def test_sigterm_to_the_container_reaches_the_training_processes(make_job):
