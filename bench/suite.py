@@ -49,6 +49,8 @@ def a1_a2_commands(out: str, quick: bool) -> dict[str, dict[str, list[str]]]:
     return {
         "A1": {
             "horovod-mpi": [*mpirun, *worker, *a1("horovod", "horovod-mpi")],
+            "horovod-mpi-cycle-0.1ms": [*mpirun, "-x", "HOROVOD_CYCLE_TIME=0.1", *worker,
+                                        *a1("horovod", "horovod-mpi-cycle-0.1ms")],
             "horovod-gloo": [*horovodrun_gloo, *worker, *a1("horovod", "horovod-gloo")],
             "torch-gloo": [*torchrun, *worker[1:], *a1("torch", "torch-gloo")],
             "mpi4py": [*mpirun, *worker, *a1("mpi4py", "mpi4py")],

@@ -89,5 +89,18 @@ def digits_channels(tmp_path_factory) -> Path:
     return root
 
 
+def add_stray_files(channel: Path) -> list[str]:
+    """Puts what S3 channels often hold besides images into an ImageFolder channel: a _SUCCESS
+    marker and a manifest at the top, .DS_Store and a README in a class folder, a hidden
+    folder. Returns their paths relative to the channel."""
+    first_class = sorted(p for p in channel.iterdir() if p.is_dir())[0]
+    strays = {"_SUCCESS": "", "manifest.json": "[]", f"{first_class.name}/.DS_Store": "\0\0",
+              f"{first_class.name}/README.txt": "not an image", ".ipynb_checkpoints/x-checkpoint.png": "junk"}
+    for path, text in strays.items():
+        (channel / path).parent.mkdir(parents=True, exist_ok=True)
+        (channel / path).write_text(text)
+    return sorted(strays)
+
+
 def read_json(path: Path):
     return json.loads(Path(path).read_text())

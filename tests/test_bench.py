@@ -49,7 +49,7 @@ def test_quick_bench_writes_results_records_and_plots(tmp_path):
     assert set(results["versions"]) >= {"torch", "tensorflow", "horovod", "openmpi"}
     records = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
     a1 = {(r["variant"], r["size_bytes"]) for r in records if r["benchmark"] == "A1"}
-    assert a1 == {(v, s) for v in ("horovod-mpi", "horovod-gloo", "torch-gloo", "mpi4py", "memcpy")
+    assert a1 == {(v, s) for v in ("horovod-mpi", "horovod-mpi-cycle-0.1ms", "horovod-gloo", "torch-gloo", "mpi4py", "memcpy")
                   for s in (4096, 1 << 20)}
     assert all(r["busbw_gbps"] > 0 for r in records if r["benchmark"] == "A1" and r["variant"] != "memcpy")
     assert {r["variant"] for r in records if r["benchmark"] == "A2"} == {

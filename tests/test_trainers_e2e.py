@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import PROGRAMS, run_train
+from conftest import PROGRAMS, add_stray_files, run_train
 
 pytestmark = pytest.mark.e2e
 
@@ -27,6 +27,7 @@ def _job(make_job, digits_channels, framework, processes_per_host=2):
     for channel in ("training", "validation"):
         shutil.rmtree(root / "input" / "data" / channel)
         shutil.copytree(digits_channels / channel, root / "input" / "data" / channel)
+        add_stray_files(root / "input" / "data" / channel)    # skipped: counts stay exact
     return root
 
 
@@ -43,6 +44,7 @@ def test_builtin_trainer_on_two_ranks(framework, model_files, make_job, digits_c
     epochs = [(int(e), int(n), float(acc), int(s)) for e, n, acc, s in METRIC.findall(result.stdout)]
     assert [e for e, *_ in epochs] == list(range(1, EPOCHS + 1)), result.stdout[-3000:]
     assert all(samples == VALIDATION_IMAGES for *_, samples in epochs)   # exact, sharded evaluation
+    assert len(re.findall(r"ignoring 5 entries that are not image files", result.output)) == 2   # once per channel
     assert epochs[-1][2] >= 0.90
 
     digests = {int(rank): (int(size), digest) for rank, size, digest in DIGEST.findall(result.stdout)}

@@ -16,7 +16,7 @@ import sys
 import traceback
 
 from . import config as job_config
-from . import fabric, host_identity, launch, mpi_hosts, peers, program, report, strategy, supervise
+from . import fabric, host_identity, launch, mpi_hosts, peers, program, redact, report, strategy, supervise
 from .errors import EXIT_CONFIG_ERROR, EXIT_INTERNAL_ERROR, EXIT_PEER_ERROR, ConfigError, PeerError, ProgramNotFoundError
 from .plan import HOST_SPECIFIC_SM_VARS
 
@@ -66,7 +66,7 @@ def run_job(plan_only: bool) -> int:
         log.warning("ignoring hyperparameters this image does not read: %s", ", ".join(unknown))
     prog, plan = _plan_for(config, fetch=not plan_only)
     if plan_only:
-        print(json.dumps({"current_host": config.current_host, **plan.to_dict()}, indent=2))
+        print(json.dumps({"current_host": config.current_host, **redact.redact_plan(plan.to_dict())}, indent=2))
         return 0
     report.clear_status(config.output_dir)
     if warning := fabric.efa_warning():

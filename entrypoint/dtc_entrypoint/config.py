@@ -7,10 +7,11 @@ sagemaker-training's ``Environment`` (``<base>`` is ``$SAGEMAKER_BASE_DIR`` or `
 distribution hyperparameters the SageMaker Python SDK v2 writes.
 """
 
+import json
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -87,6 +88,8 @@ class JobConfig:
         sm_env: the ``SM_*`` variables sagemaker-training's ``Environment.to_env_vars`` defines.
         inherited_names: variables of the container's environment to forward to every rank
             (``forwarded_names``).
+        inherited_pythonpath: the container's ``PYTHONPATH`` (the estimator's ``environment``
+            may set it); the launchers put the code directory in front of it.
         python: the interpreter that runs Python programs.
         log_level: ``sagemaker_container_log_level`` (Python logging level, default 20).
     """
@@ -109,6 +112,7 @@ class JobConfig:
     ports: strategies.Ports = strategies.Ports()
     sm_env: Mapping[str, str] = field(default_factory=dict)
     inherited_names: tuple[str, ...] = ("PATH",)
+    inherited_pythonpath: str = ""
     python: str = sys.executable
     log_level: int = 20
 
@@ -158,6 +162,25 @@ def relocate(path: str, base_dir: str) -> str:
 def natural_key(host: str) -> list:
     """Sort key that orders ``algo-2`` before ``algo-10``."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", host)]
+
+
+def aligned_sm_env(sm_env: Mapping[str, str], hosts: Sequence[str], master_host: str,
+                   current_host: str) -> dict[str, str]:
+    """The toolkit's ``SM_*`` variables made to agree with this image's host order and master.
+
+    sagemaker-training sorts ``SM_HOSTS`` as strings (``algo-10`` before ``algo-2``) and takes
+    ``master_hostname`` from the unsorted ``instance_groups[].hosts``, so its ``is_master`` in
+    ``SM_TRAINING_ENV`` can be true on a host that is not rank 0's, or on none (issue #10). Here
+    ``SM_HOSTS`` and ``SM_TRAINING_ENV["hosts"]`` list ``hosts`` (natural order, the node-rank
+    order), and ``master_hostname`` / ``is_master`` name ``master_host``, the host of rank 0.
+    """
+    env = dict(sm_env)
+    env["SM_HOSTS"] = json.dumps(list(hosts))
+    if "SM_TRAINING_ENV" in env:
+        training_env = json.loads(env["SM_TRAINING_ENV"])
+        training_env.update(hosts=list(hosts), master_hostname=master_host, is_master=current_host == master_host)
+        env["SM_TRAINING_ENV"] = json.dumps(training_env)
+    return env
 
 
 def mpi_config(framework_parameters: Mapping[str, object], num_gpus: int) -> MpiConfig:
@@ -222,11 +245,61 @@ def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str
         mpi=mpi_config(framework_parameters, env.num_gpus),
         strategy=strategies.select(framework_parameters, user_hyperparameters),
         ports=strategies.ports_from(environ),
-        sm_env=MappingProxyType(dict(env.to_env_vars())),
+        sm_env=MappingProxyType(aligned_sm_env(env.to_env_vars(), hosts, distribution_hosts[0], env.current_host)),
         inherited_names=forwarded_names(environ),
+        inherited_pythonpath=environ.get("PYTHONPATH", ""),
         python=python,
         log_level=int(env.log_level),
     )
+
+
+CONFIG_FILES = ("resourceconfig.json", "inputdataconfig.json", "hyperparameters.json")
+
+
+def check_config_files(config_dir: str) -> None:
+    """Checks the shape of the three config files before the toolkit reads them, so a bad file
+    is named rather than surfacing as the toolkit's ``AttributeError`` or ``IndexError``: each
+    exists and holds a JSON object; ``resourceconfig.json`` has a non-empty ``hosts`` list of
+    names and a ``current_host`` (the layout of the SageMaker doc
+    your-algorithms-training-algo-running-container, "Distributed Training Configuration").
+
+    Raises:
+        ConfigError: naming the file (and key) to fix.
+    """
+    documents = {}
+    for name in CONFIG_FILES:
+        path = os.path.join(config_dir, name)
+        if not os.path.isfile(path):
+            raise ConfigError(
+                f"{path} is missing: run inside a SageMaker training job, mount a /opt/ml tree, "
+                "or point SAGEMAKER_BASE_DIR at one",
+                key="SAGEMAKER_BASE_DIR",
+            )
+        try:
+            with open(path, encoding="utf-8") as handle:
+                documents[name] = json.load(handle)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ConfigError(f"{path} is not valid JSON: {error}", key=name) from error
+        if not isinstance(documents[name], dict):
+            raise ConfigError(f"{path} must hold a JSON object ({{...}}), not a {type(documents[name]).__name__}",
+                              key=name)
+    resources, path = documents["resourceconfig.json"], os.path.join(config_dir, "resourceconfig.json")
+    hosts = resources.get("hosts")
+    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
+        raise ConfigError(f'{path}: "hosts" must be a non-empty list of host names, got {hosts!r}', key="hosts")
+    if len(set(hosts)) != len(hosts):
+        raise ConfigError(f'{path}: "hosts" lists a host twice: {hosts!r}', key="hosts")
+    if not isinstance(resources.get("current_host"), str):
+        raise ConfigError(f'{path}: "current_host" must be this host\'s name, got {resources.get("current_host")!r}',
+                          key="current_host")
+    for group in resources.get("instance_groups") or []:
+        if not isinstance(group, dict) or not isinstance(group.get("hosts"), list):
+            raise ConfigError(f'{path}: each of "instance_groups" must be an object with a "hosts" list, got {group!r}',
+                              key="instance_groups")
+    for name, channel in documents["inputdataconfig.json"].items():
+        if not isinstance(channel, dict):
+            raise ConfigError(f"{os.path.join(config_dir, 'inputdataconfig.json')}: channel {name!r} must be "
+                              f"an object of settings, got {channel!r}", key=name)
 
 
 def load(environ: Mapping[str, str] = os.environ) -> JobConfig:
@@ -238,14 +311,7 @@ def load(environ: Mapping[str, str] = os.environ) -> JobConfig:
     """
     base_dir = base_dir_from(environ)
     config_dir = os.path.join(base_dir, "input", "config")
-    for name in ("resourceconfig.json", "inputdataconfig.json", "hyperparameters.json"):
-        path = os.path.join(config_dir, name)
-        if not os.path.isfile(path):
-            raise ConfigError(
-                f"{path} is missing: run inside a SageMaker training job, mount a /opt/ml tree, "
-                "or point SAGEMAKER_BASE_DIR at one",
-                key="SAGEMAKER_BASE_DIR",
-            )
+    check_config_files(config_dir)
     # sagemaker_training.environment fixes its paths at import time from SAGEMAKER_BASE_DIR.
     os.environ.setdefault("SAGEMAKER_BASE_DIR", base_dir)
     from sagemaker_training import environment  # noqa: PLC0415  (import after the variable is set)
@@ -256,7 +322,7 @@ def load(environ: Mapping[str, str] = os.environ) -> JobConfig:
 
     try:
         env = environment.Environment()
-    except (ValueError, KeyError, TypeError) as error:  # malformed JSON or missing keys
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as error:  # shapes check_config_files misses
         raise ConfigError(
             f"cannot read the job configuration under {config_dir}: {type(error).__name__}: {error}",
             key="input/config",

@@ -28,6 +28,11 @@ class ProgramNotFoundError(ConfigError):
     """The training program named by sagemaker_program / SAGEMAKER_PROGRAM cannot be found."""
 
 
+class DependencyError(ConfigError):
+    """``pip install`` of the program's requirements.txt or package failed; the message's first
+    line is pip's own error."""
+
+
 class PeerError(TimeoutError):
     """Another host of the job could not be resolved or reached in time (the cluster did not
     form). The message names the host and the variable that sets the wait."""

@@ -3,6 +3,7 @@ printed by ``train --plan`` and executed by ``supervise``, so a printed plan and
 cannot drift apart."""
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -87,12 +88,13 @@ class LaunchPlan:
 
 def job_env(config: JobConfig, program: Program) -> dict[str, str]:
     """The variables every launcher adds: the toolkit's ``SM_*`` set (with ``SM_USER_ARGS`` in
-    our argv form), ``PYTHONPATH`` led by the code directory, and unbuffered Python output."""
+    our argv form), ``PYTHONPATH`` led by the code directory (the container's own ``PYTHONPATH``
+    follows it, as the toolkit's does), and unbuffered Python output."""
     env = dict(config.sm_env)
     env["SM_USER_ARGS"] = json.dumps(to_argv(config.user_hyperparameters))
     env["SM_USER_ENTRY_POINT"] = program.name
     env["SAGEMAKER_BASE_DIR"] = config.base_dir
-    env["PYTHONPATH"] = config.code_dir
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (config.code_dir, config.inherited_pythonpath) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -9,8 +9,9 @@
 * ``train.sh`` or any other file: run as an executable (``/bin/sh`` when it has no ``#!``).
 
 This classification is sagemaker-training's ``_entry_point_type.get``; the toolkit's
-``files.download_and_extract`` fetches the code (S3, a directory or a tarball) and its
-``entry_point.install`` installs requirements. Running happens without a shell, so arguments
+``files.download_and_extract`` fetches the code (S3, a directory or a tarball); requirements
+are installed as its ``entry_point.install`` does, with pip's own error reported
+(``install_dependencies``). Running happens without a shell, so arguments
 reach the program exactly as given (the toolkit's shell path does not; toolkit #128).
 """
 
@@ -19,8 +20,9 @@ import os
 from dataclasses import dataclass
 
 from . import strategy as strategies
+from . import supervise
 from .config import JobConfig
-from .errors import ConfigError, ProgramNotFoundError
+from .errors import ConfigError, DependencyError, ProgramNotFoundError
 
 BUILTIN_PREFIX = "builtin:"
 # framework -> strategy -> trainer module. Hosts outside a heterogeneous job's distribution
@@ -172,17 +174,40 @@ def fetch(config: JobConfig) -> Program:
 
 
 def install_dependencies(config: JobConfig) -> None:
-    """What sagemaker-training's ``entry_point.install`` does for the program: ``pip install`` the
-    code directory when it is a package (``setup.py``), else its ``requirements.txt`` for a Python
-    program; a command gets execute permission. Called here through ``modules`` rather than
-    ``entry_point``, whose import (its MPI runner imports paramiko) adds 0.1 s to every start
-    (bench A4)."""
+    """What sagemaker-training's ``entry_point.install`` does for the program, with pip's own
+    error as the failure's first line: ``pip install .`` (plus ``-r requirements.txt``) when the
+    code directory is a package (``setup.py``), ``pip install -r requirements.txt`` for a Python
+    program that has one, execute permission for a command. pip runs under ``supervise.run``, so
+    a stop signal reaches it and its stderr is relayed as it comes. The CodeArtifact index of
+    ``CA_REPOSITORY_ARN`` is used as the toolkit uses it (``modules._get_codeartifact_index``).
+
+    Raises:
+        DependencyError: pip failed; the message starts with pip's last ``ERROR:`` line.
+    """
     from sagemaker_training import _entry_point_type, modules  # noqa: PLC0415
 
     kind = _entry_point_type.get(config.code_dir, config.program)
-    if kind is _entry_point_type.PYTHON_PACKAGE:
-        modules.install(config.code_dir, False)
-    elif kind is _entry_point_type.PYTHON_PROGRAM and modules.has_requirements(config.code_dir):
-        modules.install_requirements(config.code_dir, False)
-    elif kind is _entry_point_type.COMMAND:
+    if kind is _entry_point_type.COMMAND:
         os.chmod(os.path.join(config.code_dir, config.program), 0o777)
+        return
+    requirements = ["-r", "requirements.txt"] if modules.has_requirements(config.code_dir) else []
+    if kind is _entry_point_type.PYTHON_PACKAGE:
+        targets = [".", *requirements]
+    elif kind is _entry_point_type.PYTHON_PROGRAM and requirements:
+        targets = requirements
+    else:
+        return
+    argv = [config.python, "-m", "pip", "install", "--no-input", *targets]
+    if os.environ.get(modules.CA_REPOSITORY_ARN_ENV):
+        argv += ["-i", modules._get_codeartifact_index()]
+    log.info("installing the program's dependencies (%s)", " ".join(targets))
+    result = supervise.run(argv, {}, config.code_dir)
+    if result.returncode != 0:
+        errors = [line.strip() for line in result.stderr_tail if line.strip().startswith("ERROR:")]
+        what = "requirements.txt" if kind is _entry_point_type.PYTHON_PROGRAM else "the package (setup.py)"
+        first = errors[-1] if errors else f"pip install exited with code {result.exit_code}"
+        raise DependencyError(
+            f"{first}\n\nInstalling {what} in {config.code_dir} failed (pip exit code {result.exit_code}): "
+            "fix requirements.txt in the submit directory (sagemaker_submit_directory / source_dir), or the "
+            "package or index it names. Last lines of pip's output:\n" + "\n".join(result.stderr_tail[-20:]),
+            key="requirements.txt")

@@ -10,6 +10,7 @@ If the group is still alive ``kill_after_s`` after the first signal, it is kille
 import collections
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,9 +18,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .redact import redact_command
+
 log = logging.getLogger(__name__)
 
 STDERR_TAIL_LINES = 400
+_LINE_END = re.compile(rb"\r\n|\n|\r")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -44,17 +48,24 @@ class RunResult:
 
 
 def _pump(stream, sink, tail: collections.deque) -> None:
-    """Copies the child's stderr to ours line by line, keeping the tail for the failure report."""
-    for raw in iter(stream.readline, b""):
-        sink.write(raw)
+    """Copies the child's stderr to ours as it arrives, partial lines included, so a progress bar
+    that redraws itself with ``\r`` (tqdm) reaches the log at once rather than at the next newline;
+    keeps the last lines (split at ``\n`` and ``\r``) for the failure report."""
+    fd = stream.fileno()
+    pending = b""
+    while chunk := os.read(fd, 65536):
+        sink.write(chunk)
         sink.flush()
-        tail.append(raw.decode("utf-8", "replace").rstrip("\n"))
+        *lines, pending = _LINE_END.split(pending + chunk)
+        tail.extend(line.decode("utf-8", "replace") for line in lines if line)
+    if pending:
+        tail.append(pending.decode("utf-8", "replace"))
     stream.close()
 
 
 def start_service(name: str, argv: Sequence[str], env: Mapping[str, str], workdir: str) -> subprocess.Popen:
     """Starts a service in its own process group, output inherited."""
-    log.info("starting service %s: %s", name, " ".join(argv))
+    log.info("starting service %s: %s", name, redact_command(argv))
     return subprocess.Popen(list(argv), env={**os.environ, **env}, cwd=workdir, stdin=subprocess.DEVNULL,
                             start_new_session=True)
 
@@ -84,7 +95,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
         FileNotFoundError / PermissionError: the command cannot be executed.
     """
     full_env = {**os.environ, **env}
-    log.info("running: %s", " ".join(argv))
+    log.info("running: %s", redact_command(argv))
     child = subprocess.Popen(
         list(argv), env=full_env, cwd=workdir, stdin=subprocess.DEVNULL,
         stderr=subprocess.PIPE, start_new_session=True,

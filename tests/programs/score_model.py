@@ -12,8 +12,8 @@ from PIL import Image
 
 framework, model_dir, channel = sys.argv[1:4]
 images, labels = [], []
-for label in sorted(os.listdir(channel)):
-    for name in sorted(os.listdir(os.path.join(channel, label))):
+for label in sorted(d for d in os.listdir(channel) if d.isdigit()):   # the digits' class folders
+    for name in sorted(n for n in os.listdir(os.path.join(channel, label)) if n.endswith(".png")):
         images.append(np.asarray(Image.open(os.path.join(channel, label, name)), dtype=np.float32) / 255.0)
         labels.append(int(label))
 images, labels = np.stack(images), np.array(labels)

@@ -1,7 +1,7 @@
 """NVIDIA DALI input pipelines over an ImageFolder channel, sharded by rank.
 
-One pipeline definition serves both frameworks: files are read by ``fn.readers.file`` (labels
-from the sorted class-folder names), decoded to grayscale on the CPU, or on the GPU with
+One pipeline definition serves both frameworks: the channel's image files (``channel.list_images``:
+labels from the sorted class-folder names, stray files left out) are read by ``fn.readers.file``, decoded to grayscale on the CPU, or on the GPU with
 ``device="mixed"`` (nvJPEG/nvImageCodec) when the trainer has one, and normalised to float32
 in [0, 1]. Without a GPU the pipeline is built with ``device_id=None``, which keeps DALI off
 CUDA entirely (DALI ``Pipeline`` docs).
@@ -12,9 +12,13 @@ Sharding: reader shard ``i`` of ``S`` holds samples
 and cover the data set, so per-rank sums add up to exact totals.
 """
 
+import logging
 import math
-import os
 from dataclasses import dataclass
+
+from .channel import Channel, list_images
+
+log = logging.getLogger("dtc.train")
 
 READER_NAME = "Reader"
 
@@ -41,11 +45,6 @@ class Shard:
         return min(self.batch_size, self.size - batch_index * self.batch_size)
 
 
-def count_images(file_root: str) -> int:
-    """Files in the class folders of ``file_root`` (what ``fn.readers.file`` will read)."""
-    return sum(len(files) for _, _, files in os.walk(file_root))
-
-
 def shard_size(total: int, shard_id: int, num_shards: int) -> int:
     """Samples in shard ``shard_id`` of ``num_shards`` over ``total`` (DALI's formula)."""
     return (total * (shard_id + 1)) // num_shards - (total * shard_id) // num_shards
@@ -57,13 +56,13 @@ def steps_per_epoch(total: int, batch_size: int, world_size: int) -> int:
     return math.ceil(total / (batch_size * world_size))
 
 
-def image_pipeline(file_root: str, batch_size: int, shard_id: int, num_shards: int, *,
+def image_pipeline(listing: Channel, batch_size: int, shard_id: int, num_shards: int, *,
                    training: bool, device_id: int | None, layout: str, seed: int = 0,
                    num_threads: int = 2):
     """Builds the DALI pipeline for one channel.
 
     Args:
-        file_root: the channel directory (one sub-folder per class).
+        listing: the channel's image files (``channel.list_images``).
         batch_size: samples per batch on this rank.
         shard_id / num_shards: this rank and the world size.
         training: shuffle and wrap around forever; otherwise read the shard in order, padding
@@ -81,7 +80,7 @@ def image_pipeline(file_root: str, batch_size: int, shard_id: int, num_shards: i
                   prefetch_queue_depth=2)
     def pipeline():
         encoded, labels = fn.readers.file(
-            file_root=file_root, shard_id=shard_id, num_shards=num_shards,
+            file_root=listing.root, files=list(listing.files), labels=list(listing.labels), shard_id=shard_id, num_shards=num_shards,
             random_shuffle=training, initial_fill=256, pad_last_batch=not training,
             stick_to_shard=not training, name=READER_NAME)
         images = fn.decoders.image(encoded, device="mixed" if device_id is not None else "cpu",
@@ -102,17 +101,23 @@ class RankData:
     """This rank's view of the training and validation channels, and their pipelines' settings.
 
     Attributes:
-        train_total / val_total: images in each channel.
+        train / val: the channels' listings.
         steps_per_epoch: training steps per epoch, equal on all ranks.
         val_shard: this rank's validation shard.
     """
 
-    train_root: str
-    val_root: str
-    train_total: int
-    val_total: int
+    train: Channel
+    val: Channel
     steps_per_epoch: int
     val_shard: Shard
+
+    @property
+    def train_total(self) -> int:
+        return len(self.train)
+
+    @property
+    def val_total(self) -> int:
+        return len(self.val)
 
     def describe(self) -> str:
         return (f"{self.train_total} training images ({self.steps_per_epoch} steps/epoch), "
@@ -122,13 +127,20 @@ class RankData:
                   seed: int, num_threads: int):
         """(training, validation) pipelines for this rank; see ``image_pipeline``."""
         common = dict(shard_id=rank, num_shards=size, device_id=device_id, layout=layout, num_threads=num_threads)
-        return (image_pipeline(self.train_root, batch_size, training=True, seed=seed + rank, **common),
-                image_pipeline(self.val_root, batch_size, training=False, **common))
+        return (image_pipeline(self.train, batch_size, training=True, seed=seed + rank, **common),
+                image_pipeline(self.val, batch_size, training=False, **common))
 
 
 def rank_data(train_root: str, val_root: str, batch_size: int, rank: int, size: int) -> RankData:
-    """Counts both channels and derives this rank's steps and validation shard."""
-    train_total, val_total = count_images(train_root), count_images(val_root)
-    return RankData(train_root, val_root, train_total, val_total,
-                    steps_per_epoch(train_total, batch_size, size),
-                    Shard(shard_size(val_total, rank, size), batch_size))
+    """Lists both channels (rank 0 logs what it ignores) and derives this rank's steps and
+    validation shard.
+
+    Raises:
+        FileNotFoundError: a channel is missing or has no images (``channel.list_images``).
+    """
+    train, val = list_images(train_root), list_images(val_root)
+    if rank == 0:
+        train.log_ignored(log)
+        val.log_ignored(log)
+    return RankData(train, val, steps_per_epoch(len(train), batch_size, size),
+                    Shard(shard_size(len(val), rank, size), batch_size))

@@ -1,34 +1,33 @@
 """An ImageFolder channel read into memory with Pillow, for trainers whose input pipeline is
 ``tf.data`` (MultiWorkerMirroredStrategy shards it; ParameterServerStrategy ships it to workers).
 
-Labels follow the sorted class-folder names and files are read in sorted order, as DALI's
-``fn.readers.file`` does, so every trainer sees the same samples with the same labels.
+The samples and labels are ``channel.list_images``', the ones the DALI pipelines read, so every
+trainer sees the same samples with the same labels and skips the same stray files.
 """
 
 import os
 
 import numpy as np
 
+from .channel import list_images
 
-def load(root: str) -> tuple[np.ndarray, np.ndarray]:
-    """Reads every image under ``root/<class>/``.
+
+def load(root: str, log=None) -> tuple[np.ndarray, np.ndarray]:
+    """Reads every image of the channel at ``root`` (``log``: where to name ignored entries).
 
     Returns:
         images float32 [N, H, W, 1] in [0, 1] (grayscale, pixel / 255), labels int32 [N].
 
     Raises:
-        FileNotFoundError: ``root`` has no class folders or no images.
+        FileNotFoundError: ``root`` is missing or has no image in a class folder.
     """
     from PIL import Image
 
-    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))) if os.path.isdir(root) else []
-    images, labels = [], []
-    for label, name in enumerate(classes):
-        folder = os.path.join(root, name)
-        for file in sorted(os.listdir(folder)):
-            with Image.open(os.path.join(folder, file)) as image:
-                images.append(np.asarray(image.convert("L"), dtype=np.float32) / 255.0)
-            labels.append(label)
-    if not images:
-        raise FileNotFoundError(f"no images in class folders under {root}")
-    return np.stack(images)[..., None], np.asarray(labels, dtype=np.int32)
+    channel = list_images(root)
+    if log is not None:
+        channel.log_ignored(log)
+    images = []
+    for file in channel.files:
+        with Image.open(os.path.join(root, file)) as image:
+            images.append(np.asarray(image.convert("L"), dtype=np.float32) / 255.0)
+    return np.stack(images)[..., None], np.asarray(channel.labels, dtype=np.int32)

@@ -66,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     common.configure_logging(task_id)
     tf.keras.utils.set_random_seed(args.seed)
 
-    train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel))
-    validation = image_folder.load(contract.channel_dir(args.validation_channel))
+    shown = common.log if is_chief else None   # ignored files named once
+    train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel), shown)
+    validation = image_folder.load(contract.channel_dir(args.validation_channel), shown)
     replicas = strategy.num_replicas_in_sync
     global_batch = args.batch_size * replicas
     steps = math.ceil(len(train_labels) / global_batch)

@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     cluster = resolver.cluster_spec().as_dict()
     workers, servers = len(cluster.get("worker", [])), len(cluster.get("ps", []))
 
-    train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel))
-    val_images, val_labels = image_folder.load(contract.channel_dir(args.validation_channel))
+    train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel), common.log)
+    val_images, val_labels = image_folder.load(contract.channel_dir(args.validation_channel), common.log)
     steps = math.ceil(len(train_labels) / args.batch_size)
     common.log.info("TensorFlow %s ParameterServerStrategy: chief on %s, %d workers, %d parameter servers; "
                     "%d training images (%d steps/epoch), %d validation images", tf.__version__,

@@ -1,0 +1,98 @@
+"""Where this image corrects sagemaker-training's contract (issue #10, item 5) and names the bad
+config file (item 6): SM_* agree with our master and host order, PYTHONPATH is prefixed, pip's own
+error leads the failure, malformed config files are named."""
+
+import json
+import shutil
+
+import pytest
+
+from conftest import PROGRAMS, read_json, run_train
+from dtc_entrypoint import config as job_config
+
+pytestmark = pytest.mark.mpi
+
+
+def _code(source_dir, *names):
+    source_dir.mkdir(exist_ok=True)
+    for name in names:
+        shutil.copy(PROGRAMS / name, source_dir / name)
+    return source_dir
+
+
+def test_aligned_sm_env_names_rank_0s_host_as_master():
+    toolkit_env = {"SM_HOSTS": '["algo-1", "algo-10", "algo-2"]',
+                   "SM_TRAINING_ENV": json.dumps({"hosts": ["algo-1", "algo-10", "algo-2"],
+                                                  "master_hostname": "algo-10", "is_master": True, "lr": 1})}
+    hosts = ("algo-1", "algo-2", "algo-10")
+    on_10 = job_config.aligned_sm_env(toolkit_env, hosts, "algo-1", "algo-10")
+    on_1 = job_config.aligned_sm_env(toolkit_env, hosts, "algo-1", "algo-1")
+    assert json.loads(on_10["SM_HOSTS"]) == list(hosts)
+    assert json.loads(on_10["SM_TRAINING_ENV"]) == {"hosts": list(hosts), "master_hostname": "algo-1",
+                                                    "is_master": False, "lr": 1}
+    assert json.loads(on_1["SM_TRAINING_ENV"])["is_master"] is True
+
+
+def test_sm_training_env_agrees_with_the_master_on_every_host(make_job, tmp_path):
+    """instance_groups lists the distribution hosts unsorted: the toolkit would call algo-3 the
+    master on every host; ours says algo-1 (rank 0's host) on algo-1 only."""
+    hps = {"sagemaker_program": "x.py"}
+    seen = {}
+    for host in ("algo-1", "algo-2", "algo-3"):
+        root = make_job(hps, hosts=["algo-1", "algo-2", "algo-3"], current_host=host)
+        resource = json.loads((root / "input/config/resourceconfig.json").read_text())
+        resource["instance_groups"][0]["hosts"] = ["algo-3", "algo-1", "algo-2"]
+        (root / "input/config/resourceconfig.json").write_text(json.dumps(resource))
+        done = run_train(root, "--plan", timeout_s=60)
+        assert done.returncode == 0, done.output
+        env = json.loads(done.stdout)["env"]
+        training_env = json.loads(env["SM_TRAINING_ENV"])
+        seen[host] = (training_env["master_hostname"], training_env["is_master"], json.loads(env["SM_HOSTS"]))
+    assert seen == {"algo-1": ("algo-1", True, ["algo-1", "algo-2", "algo-3"]),
+                    "algo-2": ("algo-1", False, ["algo-1", "algo-2", "algo-3"]),
+                    "algo-3": ("algo-1", False, ["algo-1", "algo-2", "algo-3"])}
+
+
+@pytest.mark.parametrize("mpi", [False, True], ids=["single", "mpi"])
+def test_pythonpath_from_the_environment_is_kept_after_the_code_dir(make_job, source_dir, tmp_path, mpi):
+    _code(source_dir, "echo_argv.py")
+    hps = {"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir),
+           **({"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2} if mpi else {})}
+    root = make_job(hps)
+    extra = tmp_path / "extra_modules"
+    result = run_train(root, env={"PYTHONPATH": str(extra)})
+    assert result.returncode == 0, result.output
+    record = read_json(root / "output" / "data" / ("argv-0.json" if mpi else "argv-single.json"))
+    assert record["pythonpath"] == f"{root / 'code'}:{extra}"
+
+
+def test_a_failing_requirements_txt_reports_pips_own_error_first(make_job, source_dir):
+    _code(source_dir, "echo_argv.py")
+    (source_dir / "requirements.txt").write_text("dtc-no-such-package-anywhere==1.0\n")
+    root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir)})
+    result = run_train(root, env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}, timeout_s=120)
+    assert result.returncode == 2, result.output
+    first = result.failure.splitlines()[0]
+    assert first.startswith("ERROR: ") and "dtc-no-such-package-anywhere==1.0" in first, result.failure
+    assert "requirements.txt" in result.failure
+    assert not (root / "output" / "data" / "argv-single.json").exists()   # the program never ran
+
+
+@pytest.mark.parametrize("name, text, words", [
+    ("hyperparameters.json", '["lr", 1]', ["hyperparameters.json", "JSON object", "list"]),
+    ("hyperparameters.json", '{"lr": 1,', ["hyperparameters.json", "not valid JSON"]),
+    ("inputdataconfig.json", '{"training": "s3://x"}', ["inputdataconfig.json", "training"]),
+    ("resourceconfig.json", '{"current_host": "algo-1", "hosts": []}', ["resourceconfig.json", '"hosts"']),
+    ("resourceconfig.json", '{"current_host": "algo-1", "hosts": ["algo-1", "algo-1"]}', ["twice"]),
+    ("resourceconfig.json", '{"hosts": ["algo-1"]}', ["resourceconfig.json", '"current_host"']),
+    ("resourceconfig.json", '{"current_host": "algo-9", "hosts": ["algo-1"]}', ["algo-9", "not in hosts"]),
+])
+def test_a_malformed_config_file_is_named_in_the_failures_first_line(make_job, name, text, words):
+    root = make_job({"sagemaker_program": "x.py"})
+    (root / "input" / "config" / name).write_text(text)
+    result = run_train(root, timeout_s=60)
+    assert result.returncode == 2, result.output
+    first = result.failure.splitlines()[0]
+    for word in words:
+        assert word in first, first
+    assert "Traceback" not in result.failure
