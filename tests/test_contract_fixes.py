@@ -81,6 +81,10 @@ def test_a_failing_requirements_txt_reports_pips_own_error_first(make_job, sourc
 @pytest.mark.parametrize("name, text, words", [
     ("hyperparameters.json", '["lr", 1]', ["hyperparameters.json", "JSON object", "list"]),
     ("hyperparameters.json", '{"lr": 1,', ["hyperparameters.json", "not valid JSON"]),
+    ("resourceconfig.json", '{"current_host": "algo-1"', ["resourceconfig.json", "not valid JSON"]),
+    ("resourceconfig.json", '"algo-1"', ["resourceconfig.json", "JSON object", "str"]),
+    ("inputdataconfig.json", "{training}", ["inputdataconfig.json", "not valid JSON"]),
+    ("inputdataconfig.json", "[]", ["inputdataconfig.json", "JSON object", "list"]),
     ("inputdataconfig.json", '{"training": "s3://x"}', ["inputdataconfig.json", "training"]),
     ("resourceconfig.json", '{"current_host": "algo-1", "hosts": []}', ["resourceconfig.json", '"hosts"']),
     ("resourceconfig.json", '{"current_host": "algo-1", "hosts": ["algo-1", "algo-1"]}', ["twice"]),
@@ -96,3 +100,26 @@ def test_a_malformed_config_file_is_named_in_the_failures_first_line(make_job, n
     for word in words:
         assert word in first, first
     assert "Traceback" not in result.failure
+
+
+@pytest.mark.parametrize("submit, words", [
+    ("{tmp}/no-such-dir", ["sagemaker_submit_directory", "no-such-dir"]),
+    ("{tmp}/broken.tar.gz", ["sagemaker_submit_directory", "broken.tar.gz"]),
+])
+def test_a_missing_or_broken_submit_directory_is_named(make_job, tmp_path, submit, words):
+    (tmp_path / "broken.tar.gz").write_bytes(b"not a tarball")
+    root = make_job({"sagemaker_program": "train.py", "sagemaker_submit_directory": submit.format(tmp=tmp_path)})
+    result = run_train(root, timeout_s=60)
+    assert result.returncode == 2, result.output
+    first = result.failure.splitlines()[0]
+    for word in words:
+        assert word in first, first
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_a_builtin_trainer_without_its_training_channel_names_it(make_job, framework):
+    root = make_job({"sagemaker_program": f"builtin:{framework}"}, channels=("validation",))
+    result = run_train(root, timeout_s=120)
+    assert result.returncode != 0, result.output
+    first = result.failure.splitlines()[0]
+    assert first.startswith("FileNotFoundError: channel directory") and "input/data/training" in first, first

@@ -45,13 +45,15 @@ def test_secret_hyperparameters_reach_the_program_but_not_the_log(make_job, sour
     hps = {"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir), **SECRETS,
            "lr": 0.5, **({"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2} if mpi else {})}
     root = make_job(hps)
-    plan = run_train(root, "--plan")
-    result = run_train(root)
+    aws = {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLEKEYID0000", "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCY",
+           "AWS_SESSION_TOKEN": "FwoGZXIvYXdzEXAMPLETOKEN"}
+    plan = run_train(root, "--plan", env=aws)
+    result = run_train(root, env=aws)
     assert result.returncode == 0, result.output
     record = read_json(root / "output" / "data" / ("argv-0.json" if mpi else "argv-single.json"))
     assert record["argv"][record["argv"].index("--db_password") + 1] == "hunter2"   # the program gets it
     assert "running:" in result.output and "--lr 0.5" in result.output
-    for value in SECRETS.values():
+    for value in [*SECRETS.values(), *aws.values()]:
         assert value not in result.output
         assert value not in plan.output
     assert "--db_password ****" in result.output

@@ -17,6 +17,7 @@ reach the program exactly as given (the toolkit's shell path does not; toolkit #
 
 import logging
 import os
+import tarfile
 from dataclasses import dataclass
 
 from . import strategy as strategies
@@ -160,6 +161,10 @@ def fetch(config: JobConfig) -> Program:
                 "%s already holds files, so sagemaker_submit_directory %s is not unpacked "
                 "(images must leave /opt/ml/code empty)", config.code_dir, submit_dir)
         else:
+            if submit_dir.endswith((".tar.gz", ".tgz", ".tar")) and os.path.isfile(submit_dir) \
+                    and not tarfile.is_tarfile(submit_dir):   # the toolkit would copy it as a file
+                raise ConfigError(f"sagemaker_submit_directory {submit_dir!r} is not a tar archive: "
+                                  "point it at a directory or a .tar.gz of one", key="sagemaker_submit_directory")
             try:
                 files.download_and_extract(submit_dir, config.code_dir)
             except Exception as error:
