@@ -123,3 +123,40 @@ def test_a_builtin_trainer_without_its_training_channel_names_it(make_job, frame
     assert result.returncode != 0, result.output
     first = result.failure.splitlines()[0]
     assert first.startswith("FileNotFoundError: channel directory") and "input/data/training" in first, first
+
+
+@pytest.mark.parametrize("configured, usable, chosen, warned", [
+    ("eth0", ("eth0", "eth1"), "eth0", False),
+    ("ethwe", ("eth0", "eth1"), "eth0", True),        # SDK v3 local mode's name, absent in the container
+    ("ethwe", ("ens5",), "ens5", True),
+    ("ethwe", (), "ethwe", False),                     # nothing known: keep what was asked for
+])
+def test_choose_interface(configured, usable, chosen, warned):
+    from dtc_entrypoint import fabric
+
+    name, warning = fabric.choose_interface(configured, usable)
+    assert name == chosen and (warning is not None) == warned
+    if warned:
+        assert configured in warning and chosen in warning
+
+
+def test_a_configured_interface_that_does_not_exist_falls_back_with_a_warning(make_job):
+    """resourceconfig.json as SDK v3's local mode writes it (network_interface_name "ethwe"): the
+    plan pins NCCL, Gloo and mpirun to an interface this machine has, and says so."""
+    from dtc_entrypoint import fabric
+
+    usable = fabric.usable_interfaces()
+    if not usable:
+        pytest.skip("no non-loopback IPv4 interface on this machine")
+    expected = "eth0" if "eth0" in usable else usable[0]
+    root = make_job({"sagemaker_program": "x.py", "sagemaker_mpi_enabled": True}, hosts=["algo-1", "algo-2"])
+    resource = json.loads((root / "input/config/resourceconfig.json").read_text())
+    resource["network_interface_name"] = "ethwe"
+    (root / "input/config/resourceconfig.json").write_text(json.dumps(resource))
+    done = run_train(root, "--plan", timeout_s=60)
+    assert done.returncode == 0, done.output
+    plan = json.loads(done.stdout)
+    assert plan["env"]["NCCL_SOCKET_IFNAME"] == plan["env"]["GLOO_SOCKET_IFNAME"] == expected
+    argv = plan["argv"]
+    assert argv[argv.index("btl_tcp_if_include") + 1] == expected
+    assert "'ethwe', which this container does not have" in done.stderr

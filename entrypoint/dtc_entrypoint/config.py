@@ -8,6 +8,7 @@ distribution hyperparameters the SageMaker Python SDK v2 writes.
 """
 
 import json
+import logging
 import os
 import re
 import sys
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from . import fabric
 from . import strategy as strategies
 from .errors import ConfigError
 from .hyperparameters import parse_bool, parse_positive_int
@@ -205,9 +207,11 @@ def mpi_config(framework_parameters: Mapping[str, object], num_gpus: int) -> Mpi
     )
 
 
-def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str = sys.executable) -> JobConfig:
+def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str = sys.executable,
+                     network_interface: str | None = None) -> JobConfig:
     """Builds the config from a sagemaker-training ``Environment`` and the process environment
-    (pure: reads only its arguments).
+    (pure: reads only its arguments). ``network_interface`` replaces resourceconfig's
+    ``network_interface_name`` (``load`` passes ``fabric.choose_interface``'s choice).
 
     Raises:
         ConfigError: on invalid distribution hyperparameters or host lists.
@@ -234,7 +238,7 @@ def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str
         hosts=hosts,
         distribution_hosts=distribution_hosts,
         master_host=distribution_hosts[0],
-        network_interface=env.network_interface_name,
+        network_interface=network_interface or env.network_interface_name,
         num_gpus=env.num_gpus,
         num_cpus=env.num_cpus,
         program=str(program) if program not in (None, "", "None") else None,
@@ -327,4 +331,7 @@ def load(environ: Mapping[str, str] = os.environ) -> JobConfig:
             f"cannot read the job configuration under {config_dir}: {type(error).__name__}: {error}",
             key="input/config",
         ) from error
-    return from_environment(env, base_dir, environ)
+    interface, warning = fabric.choose_interface(env.network_interface_name, fabric.usable_interfaces())
+    if warning:
+        logging.getLogger("dtc").warning("%s", warning)
+    return from_environment(env, base_dir, environ, network_interface=interface)

@@ -1,4 +1,13 @@
-"""NCCL's network on EFA instances: warn when it would fall back to TCP sockets.
+"""The job's network: the interface the launchers pin (with a fallback when the configured one
+does not exist), and a warning when NCCL would fall back from EFA to TCP sockets.
+
+Interface: resourceconfig.json's ``network_interface_name`` (``eth0`` on SageMaker) is what
+NCCL, Gloo and mpirun are pinned to. SageMaker SDK v3's local mode writes ``ethwe``, which a
+container on a podman or Docker network does not have; pinned to it, mpirun and NCCL fail.
+``choose_interface`` keeps the configured name when it exists and otherwise picks one that does,
+with a warning.
+
+EFA:
 
 On ``ml.p4d``/``ml.p5`` instances the Elastic Fabric Adapter appears in the container as RDMA
 devices under ``/dev/infiniband`` (``uverbs0``...). NCCL uses it only through a network plugin,
@@ -11,10 +20,41 @@ slower across hosts. Neither Debian nor PyPI ships aws-ofi-nccl; the GPU flavor'
 
 import importlib.util
 import os
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 
 DEVICE_DIR = "/dev/infiniband"
+PREFERRED_INTERFACE = "eth0"
+
+
+def choose_interface(configured: str, usable: Sequence[str]) -> tuple[str, str | None]:
+    """The interface to pin the launchers to, and a warning when it is not ``configured``.
+
+    Args:
+        configured: ``network_interface_name`` from resourceconfig.json.
+        usable: interfaces of this container that are up and have an IPv4 address, loopback
+            excluded (``usable_interfaces``).
+
+    Returns:
+        ``(configured, None)`` when it exists or nothing better is known; otherwise
+        ``eth0`` if usable, else the first usable name in sorted order, with the warning text.
+    """
+    if configured in usable or not usable:
+        return configured, None
+    chosen = PREFERRED_INTERFACE if PREFERRED_INTERFACE in usable else sorted(usable)[0]
+    return chosen, (f"resourceconfig.json names network interface {configured!r}, which this container does "
+                    f"not have; pinning NCCL, Gloo and MPI to {chosen!r} instead (usable here: {', '.join(sorted(usable))})")
+
+
+def usable_interfaces() -> tuple[str, ...]:
+    """This container's interfaces that are up and carry an IPv4 address, loopback excluded."""
+    import psutil  # noqa: PLC0415
+
+    stats = psutil.net_if_stats()
+    return tuple(sorted(name for name, addresses in psutil.net_if_addrs().items()
+                        if name != "lo" and name in stats and stats[name].isup
+                        and any(a.family == socket.AF_INET and not a.address.startswith("127.") for a in addresses)))
 DEFAULT_LIBRARY_DIRS = ("/lib", "/usr/lib", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu")
 
 
