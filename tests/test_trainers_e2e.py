@@ -62,3 +62,64 @@ def test_builtin_trainer_on_two_ranks(framework, model_files, make_job, digits_c
     assert scored.returncode == 0, scored.stderr[-3000:]
     score = json.loads(scored.stdout.strip().splitlines()[-1])
     assert score["samples"] == VALIDATION_IMAGES and score["accuracy"] >= 0.90
+
+
+def _accuracy_by_epoch(result) -> dict[int, float]:
+    return {int(e): float(acc) for e, _, acc, _ in METRIC.findall(result.stdout)}
+
+
+@pytest.mark.parametrize("strategy", ["mpi", "torch_distributed"])
+def test_a_restarted_pytorch_job_resumes_from_its_checkpoint(make_job, digits_channels, tmp_path, strategy):
+    """A job stopped after 4 of 8 epochs and started again on the same tree (its checkpoint
+    directory restored, as managed spot does) trains epochs 5-8 only and ends as well as an
+    uninterrupted 8-epoch run."""
+    def job(epochs, where):
+        hps = {"sagemaker_program": "builtin:pytorch", "sagemaker_mpi_num_of_processes_per_host": 2, "epochs": epochs,
+               ("sagemaker_mpi_enabled" if strategy == "mpi" else "sagemaker_torch_distributed_enabled"): True}
+        root = job_tree_at(hps, where)
+        for channel in ("training", "validation"):
+            shutil.copytree(digits_channels / channel, root / "input" / "data" / channel, dirs_exist_ok=True)
+        return root
+
+    full = run_train(job(8, tmp_path / "full"))
+    assert full.returncode == 0, full.output[-3000:]
+    root = job(4, tmp_path / "stopped")
+    first = run_train(root)
+    assert first.returncode == 0 and sorted(_accuracy_by_epoch(first)) == [1, 2, 3, 4], first.output[-3000:]
+    job(8, tmp_path / "stopped")                       # same tree, checkpoints kept, epochs raised
+    resumed = run_train(root)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert "resuming from" in resumed.output and "epoch 4 of 8 done" in resumed.output
+    assert sorted(_accuracy_by_epoch(resumed)) == [5, 6, 7, 8]
+    final, reference = _accuracy_by_epoch(resumed)[8], _accuracy_by_epoch(full)[8]
+    assert final >= 0.90 and abs(final - reference) <= 0.02, (final, reference)
+    checkpoint = torch_load(root / "checkpoints" / "checkpoint.pt")
+    assert checkpoint["epoch"] == 8
+
+
+def test_an_unreadable_checkpoint_is_named_and_replaced(make_job, digits_channels, tmp_path):
+    root = job_tree_at({"sagemaker_program": "builtin:pytorch", "sagemaker_mpi_enabled": True,
+                                  "sagemaker_mpi_num_of_processes_per_host": 2, "epochs": 2}, tmp_path / "job")
+    for channel in ("training", "validation"):
+        shutil.copytree(digits_channels / channel, root / "input" / "data" / channel, dirs_exist_ok=True)
+    (root / "checkpoints").mkdir(exist_ok=True)
+    (root / "checkpoints" / "checkpoint.pt").write_bytes(b"truncated")
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "ignoring checkpoint" in result.output and sorted(_accuracy_by_epoch(result)) == [1, 2]
+    assert torch_load(root / "checkpoints" / "checkpoint.pt")["epoch"] == 2
+
+
+def job_tree_at(hyperparameters, where):
+    """A job tree at ``where`` (kept between runs: channels and checkpoints stay)."""
+    from dtc_local import job_tree
+
+    root = where / "opt" / "ml"
+    job_tree.write(str(root), hyperparameters=hyperparameters, channels=("training", "validation"), clean=False)
+    return root
+
+
+def torch_load(path):
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)

@@ -63,8 +63,9 @@ def configure_logging(rank: int) -> None:
 
 
 def atomic_write(path: str, write: Callable[[str], None]) -> None:
-    """Calls ``write(tmp_path)`` and renames the result to ``path`` (same directory, so the
-    rename is atomic: readers see the old file or the complete new one, never a partial one)."""
+    """Calls ``write(tmp_path)``, fsyncs the result and renames it to ``path`` (same directory, so
+    the rename is atomic: readers, and SageMaker's checkpoint sync, see the old file or the
+    complete new one, never a partial one; a crash leaves one of the two on disk)."""
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     suffix = os.path.splitext(path)[1]  # some writers pick the format from the extension
@@ -73,10 +74,21 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
     try:
         write(tmp)
         os.chmod(tmp, 0o644)   # mkstemp creates 0600
+        with open(tmp, "rb") as handle:   # on disk before it replaces the old file
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
+        _fsync_directory(directory)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_tree(path: str, write: Callable[[str], None]) -> None:

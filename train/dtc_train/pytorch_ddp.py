@@ -33,6 +33,13 @@ def _allreduce_sum_on(device: torch.device) -> torch_common.AllReduceSum:
     return allreduce_sum
 
 
+def _broadcast_object(obj):
+    """Rank 0's ``obj`` on every rank."""
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
 def _init_process_group(device: torch.device) -> None:
     """Joins torchrun's group (env:// rendezvous), or makes a one-rank group when run alone."""
     if "RANK" not in os.environ:
@@ -68,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     # DDP averages gradients; the linear scaling rule multiplies the rate by the world size.
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
 
+    start_epoch = torch_common.restore(args, model, optimizer, rank, _broadcast_object)
     val_accuracy = torch_common.fit(args, model, optimizer, data, torch_common.batches(train_pipe, device),
-                                    torch_common.batches(val_pipe, device), rank, _allreduce_sum_on(device))
+                                    torch_common.batches(val_pipe, device), rank, _allreduce_sum_on(device),
+                                    start_epoch)
     torch_common.finish(args, module, rank, size, val_accuracy)
     dist.barrier()   # every rank leaves after rank 0 has saved
     dist.destroy_process_group()

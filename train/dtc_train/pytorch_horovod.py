@@ -5,7 +5,7 @@ Run under any launcher that starts Horovod ranks (``mpirun``; ``train`` with
 channel, the initial weights and optimizer state are broadcast from rank 0, gradients are
 averaged by ``hvd.DistributedOptimizer``, and validation accuracy is summed exactly over the
 validation shards. Rank 0 logs one metric line per epoch, writes an atomic checkpoint each
-epoch, and saves ``model.pth`` (the state dict) with ``model.json`` to the model directory.
+epoch (a restarted job resumes from it: ``torch_common.restore``), and saves ``model.pth`` (the state dict) with ``model.json`` to the model directory.
 
 Hyperparameters: see ``dtc_train.common.parse_args``.
 """
@@ -21,6 +21,12 @@ from . import common, contract, dali_data, torch_common, torch_model
 
 def _allreduce_sum(tensor: torch.Tensor, name: str) -> torch.Tensor:
     return hvd.allreduce(tensor, op=hvd.Sum, name=name)
+
+
+def _broadcast_checkpoint(state):
+    # one name on every rank: by default Horovod names it after the object's type, which differs
+    # between rank 0 (a dict) and the others (None), and the ranks would wait for each other forever
+    return hvd.broadcast_object(state, root_rank=0, name="checkpoint")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,12 +49,13 @@ def main(argv: list[str] | None = None) -> int:
 
     model = torch_model.DigitsNet().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
+    start_epoch = torch_common.restore(args, model, optimizer, rank, _broadcast_checkpoint)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 
     val_accuracy = torch_common.fit(args, model, optimizer, data, torch_common.batches(train_pipe, device),
-                                    torch_common.batches(val_pipe, device), rank, _allreduce_sum)
+                                    torch_common.batches(val_pipe, device), rank, _allreduce_sum, start_epoch)
     torch_common.finish(args, model, rank, size, val_accuracy)
     hvd.join()   # every rank leaves after rank 0 has saved
     return 0

@@ -1,5 +1,15 @@
 """What the PyTorch trainers share, whatever library averages their gradients: the device,
-DALI batches as tensors, the training epoch, exact sharded validation, and the saved model."""
+DALI batches as tensors, the training epoch, exact sharded validation, checkpoints and resuming
+from them, and the saved model.
+
+Checkpoints: after every epoch rank 0 writes ``<checkpoint-dir>/checkpoint.pt`` atomically
+(``common.atomic_write``: fsync, rename) with the epoch, model and optimizer state and rank 0's
+RNG state. At start rank 0 reads it and broadcasts it, so every rank, on every host, resumes
+from the same state at the next epoch (a managed-spot restart restores the directory from
+``checkpoint_s3_uri``; SageMaker docs, model-checkpoints). Training continues from there, so a
+checkpoint is only ever replaced by a later one. An unreadable checkpoint is named in the log and
+training starts over.
+"""
 
 import os
 import time
@@ -12,6 +22,44 @@ from . import common, dali_data, torch_model
 
 # Sums a float64 tensor over all ranks and returns the result (hvd.allreduce or dist.all_reduce).
 AllReduceSum = Callable[[torch.Tensor, str], torch.Tensor]
+# Returns rank 0's object on every rank (hvd.broadcast_object or dist.broadcast_object_list).
+BroadcastObject = Callable[[object], object]
+CHECKPOINT_NAME = "checkpoint.pt"
+CHECKPOINT_KEYS = frozenset({"epoch", "model", "optimizer", "rng"})
+
+
+def read_checkpoint(checkpoint_dir: str) -> dict | None:
+    """The checkpoint in ``checkpoint_dir`` as saved by ``fit``, or ``None`` when there is none or
+    it cannot be read (logged with the reason)."""
+    path = os.path.join(checkpoint_dir, CHECKPOINT_NAME)
+    if not os.path.exists(path):
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # a truncated or foreign file: start over rather than fail
+        common.log.warning("ignoring checkpoint %s, which cannot be read (%s: %s); training starts at epoch 1",
+                           path, type(error).__name__, error)
+        return None
+    if not isinstance(state, dict) or not CHECKPOINT_KEYS <= set(state) or not isinstance(state["epoch"], int):
+        common.log.warning("ignoring checkpoint %s: not one this trainer wrote (keys %s)", path,
+                           sorted(state) if isinstance(state, dict) else type(state).__name__)
+        return None
+    return state
+
+
+def restore(args, model, optimizer, rank: int, broadcast_object: BroadcastObject) -> int:
+    """Loads rank 0's checkpoint (if any) into ``model`` and ``optimizer`` on every rank.
+    Returns the epochs it had completed (0 without one)."""
+    state = broadcast_object(read_checkpoint(args.checkpoint_dir) if rank == 0 else None)
+    if state is None:
+        return 0
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if rank == 0:
+        torch.set_rng_state(state["rng"])
+        common.log.info("resuming from %s: epoch %d of %d done", os.path.join(args.checkpoint_dir, CHECKPOINT_NAME),
+                        state["epoch"], args.epochs)
+    return state["epoch"]
 
 
 def device_for(data_device: str, local_rank: int) -> torch.device:
@@ -74,11 +122,16 @@ def evaluate(model, val_batches, shard: dali_data.Shard, allreduce_sum: AllReduc
 
 
 def fit(args, model, optimizer, data: dali_data.RankData, train_batches, val_batches, rank: int,
-        allreduce_sum: AllReduceSum) -> float:
-    """The epochs: train, all-reduce the training sums, validate exactly; rank 0 logs the metric
-    line and writes an atomic checkpoint. Returns the last validation accuracy."""
+        allreduce_sum: AllReduceSum, start_epoch: int = 0) -> float:
+    """Epochs ``start_epoch + 1`` to ``args.epochs``: train, all-reduce the training sums, validate
+    exactly; rank 0 logs the metric line and writes the checkpoint. Returns the last validation
+    accuracy (measured once when the checkpoint had already reached ``args.epochs``)."""
+    if start_epoch >= args.epochs:
+        if rank == 0:
+            common.log.info("the checkpoint has done all %d epochs: nothing left to train", args.epochs)
+        return evaluate(model, val_batches, data.val_shard, allreduce_sum)[1]
     val_accuracy = 0.0
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(start_epoch + 1, args.epochs + 1):
         started = time.perf_counter()
         sums = train_epoch(model, optimizer, train_batches, data.steps_per_epoch)
         loss_sum, correct, count = allreduce_sum(sums, "train_sums").tolist()
@@ -88,8 +141,9 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches, val_bat
                 epoch=epoch, epochs=args.epochs, train_loss=loss_sum / count, train_accuracy=correct / count,
                 val_loss=val_loss, val_accuracy=val_accuracy, val_samples=val_count,
                 epoch_seconds=time.perf_counter() - started))
-            checkpoint = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
-            common.atomic_write(os.path.join(args.checkpoint_dir, "checkpoint.pt"),
+            checkpoint = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                          "rng": torch.get_rng_state()}
+            common.atomic_write(os.path.join(args.checkpoint_dir, CHECKPOINT_NAME),
                                 lambda tmp: torch.save(checkpoint, tmp))
     return val_accuracy
 
