@@ -123,3 +123,25 @@ def torch_load(path):
     import torch
 
     return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def test_a_restarted_tensorflow_horovod_job_resumes_from_its_checkpoint(digits_channels, tmp_path):
+    def job(epochs):
+        root = job_tree_at({"sagemaker_program": "builtin:tensorflow", "sagemaker_mpi_enabled": True,
+                            "sagemaker_mpi_num_of_processes_per_host": 2, "epochs": epochs}, tmp_path / "job")
+        for channel in ("training", "validation"):
+            shutil.copytree(digits_channels / channel, root / "input" / "data" / channel, dirs_exist_ok=True)
+        return root
+
+    root = job(3)
+    first = run_train(root)
+    assert first.returncode == 0 and sorted(_accuracy_by_epoch(first)) == [1, 2, 3], first.output[-3000:]
+    job(8)
+    resumed = run_train(root)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert "resuming from" in resumed.output and "epoch 3 done" in resumed.output
+    assert sorted(_accuracy_by_epoch(resumed)) == [4, 5, 6, 7, 8]
+    assert _accuracy_by_epoch(resumed)[8] >= 0.90
+    assert _accuracy_by_epoch(resumed)[4] >= _accuracy_by_epoch(first)[3] - 0.05   # went on, did not start over
+    digests = {d for _, _, d in DIGEST.findall(resumed.stdout)}
+    assert len(digests) == 1                                                      # ranks agree after the restore

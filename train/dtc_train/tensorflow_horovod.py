@@ -9,7 +9,8 @@ make every user re-write ``fit``; legacy Keras keeps their code working.
 
 Each rank reads its shard of the training channel through ``DALIDataset``; rank 0's initial
 weights are broadcast; validation accuracy is summed exactly over the validation shards. Rank 0
-logs one metric line per epoch, writes an atomic checkpoint each epoch, and saves the model as a
+logs one metric line per epoch, writes an atomic checkpoint each epoch (weights, optimizer state
+and epoch in one file; a restarted job resumes from it), and saves the model as a
 SavedModel under ``<model_dir>/1`` (the TensorFlow Serving layout SageMaker's TF serving reads).
 
 Hyperparameters: see ``dtc_train.common.parse_args``.
@@ -85,9 +86,50 @@ class EpochReport(keras.callbacks.Callback):
             epoch=epoch + 1, epochs=self.args.epochs, train_loss=logs["loss"], train_accuracy=logs["accuracy"],
             val_loss=val_loss, val_accuracy=val_accuracy, val_samples=val_count,
             epoch_seconds=time.perf_counter() - self.started))
-        common.atomic_write(os.path.join(self.args.checkpoint_dir, "checkpoint.weights.h5"),
-                            self.model.save_weights)
-        common.write_json(os.path.join(self.args.checkpoint_dir, "checkpoint.json"), {"epoch": epoch + 1})
+        save_checkpoint(self.args.checkpoint_dir, epoch + 1, self.model)
+
+
+CHECKPOINT_NAME = "checkpoint.npz"
+
+
+def _optimizer_variables(optimizer) -> list:
+    # tf-keras's optimizer exposes them as a property whose value is also callable (Horovod's
+    # broadcast callback calls it); call it when it is, as Horovod does
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
+
+
+def save_checkpoint(checkpoint_dir: str, epoch: int, model) -> None:
+    """One file, written atomically: the epochs done, the model's weights and the optimizer's
+    variables (iteration count, momentum), in their orders (``model.get_weights()``,
+    ``optimizer.variables``)."""
+    arrays = {"epoch": np.asarray(epoch)}
+    arrays.update({f"model_{i}": w for i, w in enumerate(model.get_weights())})
+    arrays.update({f"optimizer_{i}": v.numpy() for i, v in enumerate(_optimizer_variables(model.optimizer))})
+    common.atomic_write(os.path.join(checkpoint_dir, CHECKPOINT_NAME), lambda tmp: np.savez(tmp, **arrays))
+
+
+def restore_checkpoint(checkpoint_dir: str, model) -> int:
+    """Loads ``save_checkpoint``'s file into ``model`` and its optimizer (rank 0 calls it; the
+    broadcast callback hands the state to the other ranks). Returns the epochs done, 0 when there
+    is no readable checkpoint (an unreadable one is named in the log)."""
+    path = os.path.join(checkpoint_dir, CHECKPOINT_NAME)
+    if not os.path.exists(path):
+        return 0
+    try:
+        with np.load(path) as saved:
+            arrays = dict(saved)
+        epoch = int(arrays["epoch"])
+        weights = [arrays[f"model_{i}"] for i in range(len(model.get_weights()))]
+        model.set_weights(weights)
+        for i, variable in enumerate(_optimizer_variables(model.optimizer)):
+            variable.assign(arrays[f"optimizer_{i}"])
+    except Exception as error:  # truncated, foreign or from another model: start over
+        common.log.warning("ignoring checkpoint %s, which cannot be restored (%s: %s); training starts at epoch 1",
+                           path, type(error).__name__, error)
+        return 0
+    common.log.info("resuming from %s: epoch %d done", path, epoch)
+    return epoch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
     report = EpochReport(args, iter(val_ds), data.val_shard)
-    model.fit(train_ds, steps_per_epoch=data.steps_per_epoch, epochs=args.epochs, verbose=0, callbacks=[
+    # every rank creates the optimizer's variables now, with the same names, so that the broadcast
+    # callback pairs rank 0's restored ones with the others' (created lazily they are named apart)
+    model.optimizer.build(model.trainable_variables)
+    done = restore_checkpoint(args.checkpoint_dir, model) if rank == 0 else 0
+    done = int(hvd.allreduce(tf.constant(done, tf.int64), op=hvd.Sum, name="checkpoint_epoch"))   # rank 0's
+    if done >= args.epochs:
+        common.log.info("the checkpoint has done all %d epochs: nothing left to train", args.epochs)
+    model.fit(train_ds, steps_per_epoch=data.steps_per_epoch, epochs=args.epochs, initial_epoch=min(done, args.epochs),
+              verbose=0, callbacks=[
         hvd.callbacks.BroadcastGlobalVariablesCallback(0),
         hvd.callbacks.MetricAverageCallback(),
         report,
