@@ -89,6 +89,14 @@ def digits_channels(tmp_path_factory) -> Path:
     return root
 
 
+def copy_programs(source_dir: Path, *names: str) -> Path:
+    """A submit directory holding the named test programs (tests/programs/)."""
+    source_dir.mkdir(exist_ok=True)
+    for name in names:
+        shutil.copy(PROGRAMS / name, source_dir / name)
+    return source_dir
+
+
 def add_stray_files(channel: Path) -> list[str]:
     """Puts what S3 channels often hold besides images into an ImageFolder channel: a _SUCCESS
     marker and a manifest at the top, .DS_Store and a README in a class folder, a hidden

@@ -3,21 +3,13 @@ config file (item 6): SM_* agree with our master and host order, PYTHONPATH is p
 error leads the failure, malformed config files are named."""
 
 import json
-import shutil
 
 import pytest
 
-from conftest import PROGRAMS, read_json, run_train
+from conftest import copy_programs, read_json, run_train
 from dtc_entrypoint import config as job_config
 
 pytestmark = pytest.mark.mpi
-
-
-def _code(source_dir, *names):
-    source_dir.mkdir(exist_ok=True)
-    for name in names:
-        shutil.copy(PROGRAMS / name, source_dir / name)
-    return source_dir
 
 
 def test_aligned_sm_env_names_rank_0s_host_as_master():
@@ -55,7 +47,7 @@ def test_sm_training_env_agrees_with_the_master_on_every_host(make_job, tmp_path
 
 @pytest.mark.parametrize("mpi", [False, True], ids=["single", "mpi"])
 def test_pythonpath_from_the_environment_is_kept_after_the_code_dir(make_job, source_dir, tmp_path, mpi):
-    _code(source_dir, "echo_argv.py")
+    copy_programs(source_dir, "echo_argv.py")
     hps = {"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir),
            **({"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2} if mpi else {})}
     root = make_job(hps)
@@ -67,7 +59,7 @@ def test_pythonpath_from_the_environment_is_kept_after_the_code_dir(make_job, so
 
 
 def test_a_failing_requirements_txt_reports_pips_own_error_first(make_job, source_dir):
-    _code(source_dir, "echo_argv.py")
+    copy_programs(source_dir, "echo_argv.py")
     (source_dir / "requirements.txt").write_text("dtc-no-such-package-anywhere==1.0\n")
     root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir)})
     result = run_train(root, env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}, timeout_s=120)

@@ -6,22 +6,15 @@ import time
 
 import pytest
 
-from conftest import PROGRAMS, read_json, run_train
+from conftest import PROGRAMS, copy_programs, read_json, run_train
 from test_hyperparameters import AWKWARD
 
 pytestmark = pytest.mark.mpi
 
 
-def _code(source_dir, *names):
-    source_dir.mkdir(exist_ok=True)
-    for name in names:
-        shutil.copy(PROGRAMS / name, source_dir / name)
-    return source_dir
-
-
 @pytest.mark.parametrize("encoding", ["json", "str"])
 def test_hyperparameters_reach_the_script_exactly(make_job, source_dir, encoding):
-    _code(source_dir, "echo_argv.py")
+    copy_programs(source_dir, "echo_argv.py")
     hps = {"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir), **AWKWARD,
            "epochs": 3, "flag": False, "layers": [64, "relu"], "cfg": {"a": 1}}
     root = make_job(hps, encoding=encoding)
@@ -40,7 +33,7 @@ def test_hyperparameters_reach_the_script_exactly(make_job, source_dir, encoding
 
 
 def test_hyperparameters_reach_every_mpi_rank_exactly(make_job, source_dir):
-    _code(source_dir, "echo_argv.py")
+    copy_programs(source_dir, "echo_argv.py")
     hps = {"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir),
            "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2, **AWKWARD}
     root = make_job(hps)
@@ -53,7 +46,7 @@ def test_hyperparameters_reach_every_mpi_rank_exactly(make_job, source_dir):
 
 
 def test_failing_script_writes_its_exception_first_and_exits_nonzero(make_job, source_dir):
-    _code(source_dir, "raise_error.py")
+    copy_programs(source_dir, "raise_error.py")
     root = make_job({"sagemaker_program": "raise_error.py", "sagemaker_submit_directory": str(source_dir)})
     result = run_train(root)
     assert result.returncode == 1
@@ -63,7 +56,7 @@ def test_failing_script_writes_its_exception_first_and_exits_nonzero(make_job, s
 
 
 def test_failing_rank_under_mpi_fails_the_job_with_its_exception(make_job, source_dir):
-    _code(source_dir, "raise_error.py")
+    copy_programs(source_dir, "raise_error.py")
     root = make_job({"sagemaker_program": "raise_error.py", "sagemaker_submit_directory": str(source_dir),
                      "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2,
                      "mode": "raise-rank-1"})
@@ -75,7 +68,7 @@ def test_failing_rank_under_mpi_fails_the_job_with_its_exception(make_job, sourc
 
 
 def test_exit_code_of_the_script_is_passed_through(make_job, source_dir):
-    _code(source_dir, "raise_error.py")
+    copy_programs(source_dir, "raise_error.py")
     root = make_job({"sagemaker_program": "raise_error.py", "sagemaker_submit_directory": str(source_dir),
                      "mode": "exit-3"})
     result = run_train(root)
@@ -84,7 +77,7 @@ def test_exit_code_of_the_script_is_passed_through(make_job, source_dir):
 
 
 def test_submit_directory_as_a_tarball_and_program_from_the_environment(make_job, source_dir, tmp_path):
-    _code(source_dir, "echo_argv.py")
+    copy_programs(source_dir, "echo_argv.py")
     tarball = tmp_path / "sourcedir.tar.gz"
     with tarfile.open(tarball, "w:gz") as tar:
         tar.add(source_dir / "echo_argv.py", arcname="echo_argv.py")
@@ -125,7 +118,7 @@ def test_missing_config_names_the_variable_to_set(tmp_path):
 
 
 def test_code_dir_with_files_does_not_silently_hide_the_submit_dir(make_job, source_dir):
-    _code(source_dir, "echo_argv.py")
+    copy_programs(source_dir, "echo_argv.py")
     root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir)})
     (root / "code" / "stale.py").write_text("")      # an image that left files in /opt/ml/code
     result = run_train(root, timeout_s=60)

@@ -3,13 +3,12 @@ program's partial lines (progress bars) relayed as they are written."""
 
 import os
 import select
-import shutil
 import subprocess
 import time
 
 import pytest
 
-from conftest import BIN, PROGRAMS, read_json, run_train
+from conftest import BIN, copy_programs, read_json, run_train
 from dtc_entrypoint import redact
 
 SECRETS = {"db_password": "hunter2", "api-key": "k3y-v4lue", "HF_TOKEN": "hf_abcdef", "client_secret": "s3cr3t"}
@@ -40,8 +39,7 @@ def test_redact_env_masks_names_and_json_inside():
 @pytest.mark.mpi
 @pytest.mark.parametrize("mpi", [False, True], ids=["single", "mpi"])
 def test_secret_hyperparameters_reach_the_program_but_not_the_log(make_job, source_dir, mpi):
-    source_dir.mkdir()
-    shutil.copy(PROGRAMS / "echo_argv.py", source_dir)
+    copy_programs(source_dir, "echo_argv.py")
     hps = {"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir), **SECRETS,
            "lr": 0.5, **({"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2} if mpi else {})}
     root = make_job(hps)
@@ -61,8 +59,7 @@ def test_secret_hyperparameters_reach_the_program_but_not_the_log(make_job, sour
 
 @pytest.mark.mpi
 def test_a_progress_bar_reaches_the_log_before_its_line_ends(make_job, source_dir):
-    source_dir.mkdir()
-    shutil.copy(PROGRAMS / "progress_bar.py", source_dir)
+    copy_programs(source_dir, "progress_bar.py")
     root = make_job({"sagemaker_program": "progress_bar.py", "sagemaker_submit_directory": str(source_dir)})
     env = {**os.environ, "SAGEMAKER_BASE_DIR": str(root), "PATH": f"{BIN}:{os.environ['PATH']}"}
     proc = subprocess.Popen([str(BIN / "train")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
