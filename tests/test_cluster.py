@@ -93,6 +93,39 @@ def test_a_failing_rank_on_a_worker_host_fails_the_job_and_every_host_exits(tmp_
     assert result["hosts"]["algo-2"]["exit_code"] == 0     # a worker host leaves with its orted (toolkit: 0)
 
 
+def test_a_stopped_two_host_mpi_job_lets_every_rank_finish_saving(tmp_path):
+    """SageMaker stops a job by sending SIGTERM to every host's container and killing it 120 s
+    later. Each rank's handler takes 8 s (a checkpoint): both hosts' ranks must finish it (mpirun
+    alone kills ranks about 2 s after the signal, and a worker host whose PID 1 died would make
+    the master's mpirun abort every rank), and both hosts report the stop."""
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy(PROGRAMS / "wait_for_sigterm.py", source)
+    job = tmp_path / "job"
+    cluster = subprocess.Popen(
+        [sys.executable, "-m", "dtc_local.cluster", "--image", IMAGE, "--instance-count", "2", "--job-dir", str(job),
+         "--timeout-s", "300", "--distribution", "mpi", "--processes-per-host", "1", "--program", "wait_for_sigterm.py",
+         "--source-dir", str(source), "-p", "save-seconds=8"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=podman_env(), stdin=subprocess.DEVNULL)
+    started = [job / "algo-1" / "output" / "data" / "started-0", job / "algo-2" / "output" / "data" / "started-1"]
+    deadline = time.monotonic() + 240
+    while not all(p.exists() for p in started):
+        assert cluster.poll() is None and time.monotonic() < deadline, cluster.stdout.read()[-4000:]
+        time.sleep(0.5)
+    stopped_at = time.monotonic()
+    stop = subprocess.run(["podman", "stop", "-t", "60", "algo-1", "algo-2"], capture_output=True, text=True,
+                          env=podman_env(), timeout=120)
+    log = cluster.communicate(timeout=120)[0]
+    assert stop.returncode == 0, stop.stderr
+    assert time.monotonic() - stopped_at < 60, log[-4000:]          # well before a 60 s SIGKILL
+    result = json.loads((job / "result.json").read_text())
+    assert (job / "algo-1" / "output" / "data" / "sigterm-0").read_text() == "SIGTERM", log[-4000:]
+    assert (job / "algo-2" / "output" / "data" / "sigterm-1").read_text() == "SIGTERM", log[-4000:]
+    for host in HOSTS:
+        assert result["hosts"][host]["exit_code"] == 143, (host, log[-4000:])
+        assert result["hosts"][host]["failure"].startswith("wait_for_sigterm.py was stopped by SIGTERM")
+
+
 CONTAINER = str(REPO / "scripts" / "container.sh")
 NEVER_STARTED = "10.213.38.99"
 

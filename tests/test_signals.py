@@ -12,11 +12,14 @@ import pytest
 from conftest import BIN, PROGRAMS
 
 
-@pytest.mark.parametrize("mpi_processes", [None, 2])
-def test_sigterm_reaches_every_training_process(make_job, source_dir, mpi_processes):
+@pytest.mark.parametrize("mpi_processes, save_seconds", [(None, 0), (2, 0), (None, 8), (2, 8)])
+def test_sigterm_reaches_every_training_process(make_job, source_dir, mpi_processes, save_seconds):
+    """Every rank gets the signal, and one whose handler takes 8 s to save (a checkpoint) is given
+    the time: mpirun alone would kill it about 2 s after the signal (rank_shim)."""
     source_dir.mkdir()
     shutil.copy(PROGRAMS / "wait_for_sigterm.py", source_dir)
-    hps = {"sagemaker_program": "wait_for_sigterm.py", "sagemaker_submit_directory": str(source_dir)}
+    hps = {"sagemaker_program": "wait_for_sigterm.py", "sagemaker_submit_directory": str(source_dir),
+           "save-seconds": save_seconds}
     if mpi_processes:
         hps.update(sagemaker_mpi_enabled=True, sagemaker_mpi_num_of_processes_per_host=mpi_processes)
     root = make_job(hps)
@@ -32,7 +35,7 @@ def test_sigterm_reaches_every_training_process(make_job, source_dir, mpi_proces
     train.send_signal(signal.SIGTERM)
     returncode = train.wait(timeout=60)
 
-    assert returncode != 0
+    assert returncode == 128 + signal.SIGTERM
     for rank in ranks:
         assert (data / f"sigterm-{rank}").read_text() == "SIGTERM"
     assert (root / "output" / "failure").read_text().splitlines()[0] == "wait_for_sigterm.py was stopped by SIGTERM"

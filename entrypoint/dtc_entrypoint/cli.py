@@ -83,7 +83,10 @@ def run_job(plan_only: bool) -> int:
         host_identity.write({k: v for k, v in config.sm_env.items() if k in HOST_SPECIFIC_SM_VARS},
                             host_identity.host_env_file())
         if plan.role == "mpi-worker":
-            mpi_hosts.serve_as_worker(plan.master_host, _env_seconds("DTC_MPI_WORKER_START_TIMEOUT_S", 600))
+            stop = mpi_hosts.serve_as_worker(plan.master_host, _env_seconds("DTC_MPI_WORKER_START_TIMEOUT_S", 600))
+            if stop:
+                report.write_failure(config.output_dir, f"{prog.name} was stopped by {signal.Signals(stop).name}\n")
+                return 128 + stop
             report.write_success(config.output_dir)
             return 0
         mpi_hosts.ensure_sshd()
@@ -94,15 +97,16 @@ def run_job(plan_only: bool) -> int:
         result = supervise.run(plan.argv, plan.env, plan.workdir, services=services)
     finally:
         supervise.stop_services(services)
-    if result.returncode == 0:
+    if result.returncode == 0 and not result.signal_received:
         report.write_success(config.output_dir)
         log.info("training succeeded; model directory %s", config.model_dir)
         return 0
     signal_name = signal.Signals(result.signal_received).name if result.signal_received else None
     text = report.describe_failure(prog.name, result.exit_code, result.stderr_tail, signal_name)
     path = report.write_failure(config.output_dir, text)
-    log.error("training failed (exit code %d): %s [details in %s]", result.exit_code, text.splitlines()[0], path)
-    return result.exit_code or EXIT_INTERNAL_ERROR
+    exit_code = 128 + result.signal_received if result.signal_received else result.exit_code
+    log.error("training failed (exit code %d): %s [details in %s]", exit_code, text.splitlines()[0], path)
+    return exit_code or EXIT_INTERNAL_ERROR
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,6 +3,7 @@
 import shlex
 from types import MappingProxyType
 
+from . import rank_shim
 from . import strategy as strategies
 from .config import JobConfig
 from .plan import HOST_SPECIFIC_SM_VARS, LaunchPlan, job_env, network_env, program_argv
@@ -101,6 +102,7 @@ def mpi_plan(config: JobConfig, program: Program) -> LaunchPlan:
     for name in forwarded:
         argv += ["-x", name]
     argv += custom_args
+    argv += [config.python, "-m", rank_shim.MODULE]   # lets a stopped rank finish saving (rank_shim)
     if multi_host:
         argv += [config.python, "-m", HOST_IDENTITY_MODULE]
     argv += program_argv(config, program, under_mpi4py=program.is_python)

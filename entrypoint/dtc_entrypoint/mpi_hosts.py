@@ -11,13 +11,14 @@ away before starting any, instead of polling for a status file for 20 minutes
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable
 
 import psutil
 
-from . import peers
+from . import peers, rank_shim
 from .errors import PeerError
 
 log = logging.getLogger(__name__)
@@ -51,33 +52,70 @@ def _orted() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "orted"]
 
 
-def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+def _signal_rank_shims(signum: int) -> int:
+    """Sends ``signum`` to every ``rank_shim`` on this host (the ranks mpirun's ``orted`` started
+    here). Returns how many there were."""
+    shims = [p for p in psutil.process_iter(["cmdline"]) if rank_shim.MODULE in (p.info["cmdline"] or [])]
+    for shim in shims:
+        try:
+            shim.send_signal(signum)
+        except psutil.NoSuchProcess:
+            pass
+    return len(shims)
+
+
+def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[], float] = time.monotonic
+                    ) -> int | None:
     """Runs sshd, waits for the master's mpirun to start ``orted`` here, and returns once every
     ``orted`` has exited.
+
+    SIGTERM or SIGINT (SageMaker stops every host's container) goes to this host's ranks through
+    their ``rank_shim``, and the wait goes on while they finish (mpirun's daemon must outlive
+    them, or the master's mpirun would abort every rank, the master's included, at once). A stop
+    before any ``orted`` has started ends the wait at once.
+
+    Returns:
+        the stop signal received, or ``None``.
 
     Raises:
         PeerError: no ``orted`` appeared within ``start_timeout_s`` seconds, or the master's sshd
             answered and then went away before starting ``orted`` here (its job ended or failed
             first).
     """
-    ensure_sshd()
-    deadline = clock() + start_timeout_s
-    log.info("MPI worker: sshd is up; waiting up to %.0f s for the master %s to start mpirun", start_timeout_s,
-             master_host)
-    master_seen, next_check = False, clock()
-    while not (daemons := _orted()):
-        if clock() > deadline:
-            raise PeerError(
-                f"the MPI master {master_host} did not start processes on this host within {start_timeout_s:.0f} s; "
-                "see the master host's log (raise DTC_MPI_WORKER_START_TIMEOUT_S if it starts slowly)")
-        if clock() >= next_check:
-            next_check = clock() + MASTER_CHECK_EVERY_S
-            up = peers.accepts(master_host, SSH_PORT)
-            if master_seen and not up and not _orted():
-                raise PeerError(f"the MPI master {master_host} went away before starting processes on this "
-                                "host; see the master host's log")
-            master_seen = master_seen or up
-        time.sleep(POLL_S)
-    log.info("MPI worker: mpirun's daemon is running; waiting for it to finish")
-    psutil.wait_procs(daemons)
-    log.info("MPI worker: the job's processes on this host have ended")
+    stopped: list[int] = []
+
+    def on_stop(signum, _frame):
+        if not stopped:
+            log.warning("received %s: passing it to this host's ranks", signal.Signals(signum).name)
+        stopped.append(signum)
+        _signal_rank_shims(signum)
+
+    previous = {sig: signal.signal(sig, on_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        ensure_sshd()
+        deadline = clock() + start_timeout_s
+        log.info("MPI worker: sshd is up; waiting up to %.0f s for the master %s to start mpirun", start_timeout_s,
+                 master_host)
+        master_seen, next_check = False, clock()
+        while not (daemons := _orted()):
+            if stopped:
+                return stopped[0]
+            if clock() > deadline:
+                raise PeerError(
+                    f"the MPI master {master_host} did not start processes on this host within {start_timeout_s:.0f} s; "
+                    "see the master host's log (raise DTC_MPI_WORKER_START_TIMEOUT_S if it starts slowly)")
+            if clock() >= next_check:
+                next_check = clock() + MASTER_CHECK_EVERY_S
+                up = peers.accepts(master_host, SSH_PORT)
+                if master_seen and not up and not _orted():
+                    raise PeerError(f"the MPI master {master_host} went away before starting processes on this "
+                                    "host; see the master host's log")
+                master_seen = master_seen or up
+            time.sleep(POLL_S)
+        log.info("MPI worker: mpirun's daemon is running; waiting for it to finish")
+        psutil.wait_procs(daemons)
+        log.info("MPI worker: the job's processes on this host have ended")
+        return stopped[0] if stopped else None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

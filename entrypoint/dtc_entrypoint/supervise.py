@@ -3,8 +3,9 @@
 The plan's services (parameter servers) start first and are stopped once the command has ended.
 Each child gets its own process group. SIGTERM and SIGINT sent to the entrypoint (SageMaker's
 stop and spot interruption send SIGTERM, then SIGKILL 120 s later) are forwarded to that whole
-group, so mpirun and every local rank see them; the toolkit forwards nothing (toolkit #125).
-If the group is still alive ``kill_after_s`` after the first signal, it is killed.
+group, so every local process sees them; under MPI they go to each local rank's ``rank_shim``
+instead of mpirun, which would kill the ranks a second later. The toolkit forwards nothing
+(toolkit #125). What is still alive ``kill_after_s`` after the first signal is killed.
 """
 
 import collections
@@ -18,6 +19,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from . import rank_shim
 from .redact import redact_command
 
 log = logging.getLogger(__name__)
@@ -115,8 +117,14 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
             timer.daemon = True
             timer.start()
             killer.append(timer)
-        for pid in [child.pid] + [s.pid for s in services]:
-            _signal_group(pid, signum)
+        shims = rank_shims(child.pid)
+        if shims:   # MPI: signal each rank's shim, not mpirun, which would kill the ranks at once
+            for shim in shims:
+                _signal_process(shim, signum)
+        else:
+            _signal_group(child.pid, signum)
+        for service in services:
+            _signal_group(service.pid, signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
     try:
@@ -131,6 +139,31 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
     return RunResult(returncode, tuple(tail), received[0] if received else None)
 
 
+def rank_shims(pid: int) -> list:
+    """The ``rank_shim`` processes among ``pid``'s descendants (psutil processes)."""
+    import psutil  # noqa: PLC0415
+
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for process in descendants:
+        try:
+            if rank_shim.MODULE in process.cmdline():
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
+
+
+def _signal_process(process, signum: int) -> None:
+    try:
+        process.send_signal(signum)
+    except Exception:  # psutil.NoSuchProcess: it ended meanwhile
+        pass
+
+
 def _signal_group(pid: int, signum: int) -> None:
     try:
         os.killpg(pid, signum)
@@ -140,4 +173,12 @@ def _signal_group(pid: int, signum: int) -> None:
 
 def _kill_group(pid: int) -> None:
     log.error("training processes still running after the grace period: killing them")
+    import psutil  # noqa: PLC0415
+
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        descendants = []
     _signal_group(pid, signal.SIGKILL)
+    for process in descendants:   # ranks in process groups of their own (OpenMPI's daemons make them)
+        _signal_process(process, signal.SIGKILL)

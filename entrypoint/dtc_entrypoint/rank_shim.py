@@ -1,0 +1,50 @@
+"""Runs one MPI rank's program and passes stop signals to it, so that mpirun cannot cut a rank's
+checkpoint short.
+
+mpirun, sent SIGTERM, forwards it to its ranks and kills them after OpenMPI's
+``odls_base_sigkill_timeout`` (1 s; about 2 s observed); and with ``orte_abort_on_non_zero_status``
+the first rank to exit non-zero makes it kill the others just as fast. SageMaker gives a stopped
+job 120 s. So on a stop ``train`` leaves mpirun alone and signals this shim, one per rank (on every
+host: ``supervise`` on the master, ``mpi_hosts.serve_as_worker`` elsewhere). The shim forwards the
+signal to its program, waits for it however long it takes (``train`` kills what is left after
+its own grace), and then exits 0, so that one rank finishing its save first does not abort the
+ranks still saving. Without a stop it exits with the program's code (``128 + N`` for signal N),
+and mpirun's failure handling is unchanged.
+
+Usage (in mpirun's command, before the program): ``python -m dtc_entrypoint.rank_shim PROGRAM [ARGS...]``.
+"""
+
+import signal
+import subprocess
+import sys
+
+MODULE = "dtc_entrypoint.rank_shim"
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def run(argv: list[str]) -> int:
+    """Runs ``argv`` (no shell), forwarding ``FORWARDED_SIGNALS``; returns the shim's exit code."""
+    child = subprocess.Popen(argv)
+    stopped: list[int] = []
+
+    def forward(signum, _frame):
+        if signum in STOP_SIGNALS:
+            stopped.append(signum)
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
+    code = child.wait()
+    if stopped:
+        return 0
+    return 128 - code if code < 0 else code
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m dtc_entrypoint.rank_shim PROGRAM [ARGS...]")
+    sys.exit(run(sys.argv[1:]))
