@@ -52,18 +52,6 @@ def _orted() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "orted"]
 
 
-def _signal_rank_shims(signum: int) -> int:
-    """Sends ``signum`` to every ``rank_shim`` on this host (the ranks mpirun's ``orted`` started
-    here). Returns how many there were."""
-    shims = [p for p in psutil.process_iter(["cmdline"]) if rank_shim.MODULE in (p.info["cmdline"] or [])]
-    for shim in shims:
-        try:
-            shim.send_signal(signum)
-        except psutil.NoSuchProcess:
-            pass
-    return len(shims)
-
-
 def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[], float] = time.monotonic
                     ) -> int | None:
     """Runs sshd, waits for the master's mpirun to start ``orted`` here, and returns once every
@@ -88,7 +76,7 @@ def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[]
         if not stopped:
             log.warning("received %s: passing it to this host's ranks", signal.Signals(signum).name)
         stopped.append(signum)
-        _signal_rank_shims(signum)
+        rank_shim.signal_shims(signum)
 
     previous = {sig: signal.signal(sig, on_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -23,6 +23,30 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUS
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+def signal_shims(signum: int, parent_pid: int | None = None) -> int:
+    """Sends ``signum`` to every running shim: those descended from ``parent_pid`` (mpirun, on
+    the master), or all on this host (a worker host, where ``orted`` started them). Returns how
+    many were signalled. Used by ``train``, never inside a rank (psutil is imported here only)."""
+    import psutil  # noqa: PLC0415
+
+    if parent_pid is None:
+        candidates = list(psutil.process_iter())
+    else:
+        try:
+            candidates = psutil.Process(parent_pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return 0
+    signalled = 0
+    for process in candidates:
+        try:
+            if MODULE in process.cmdline():
+                process.send_signal(signum)
+                signalled += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return signalled
+
+
 def run(argv: list[str]) -> int:
     """Runs ``argv`` (no shell), forwarding ``FORWARDED_SIGNALS``; returns the shim's exit code."""
     child = subprocess.Popen(argv)

@@ -19,6 +19,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import psutil
+
 from . import rank_shim
 from .redact import redact_command
 
@@ -117,11 +119,8 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
             timer.daemon = True
             timer.start()
             killer.append(timer)
-        shims = rank_shims(child.pid)
-        if shims:   # MPI: signal each rank's shim, not mpirun, which would kill the ranks at once
-            for shim in shims:
-                _signal_process(shim, signum)
-        else:
+        # MPI: each rank's shim gets the signal, not mpirun, which would kill the ranks at once
+        if not rank_shim.signal_shims(signum, parent_pid=child.pid):
             _signal_group(child.pid, signum)
         for service in services:
             _signal_group(service.pid, signum)
@@ -139,31 +138,6 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
     return RunResult(returncode, tuple(tail), received[0] if received else None)
 
 
-def rank_shims(pid: int) -> list:
-    """The ``rank_shim`` processes among ``pid``'s descendants (psutil processes)."""
-    import psutil  # noqa: PLC0415
-
-    try:
-        descendants = psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    found = []
-    for process in descendants:
-        try:
-            if rank_shim.MODULE in process.cmdline():
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return found
-
-
-def _signal_process(process, signum: int) -> None:
-    try:
-        process.send_signal(signum)
-    except Exception:  # psutil.NoSuchProcess: it ended meanwhile
-        pass
-
-
 def _signal_group(pid: int, signum: int) -> None:
     try:
         os.killpg(pid, signum)
@@ -173,12 +147,13 @@ def _signal_group(pid: int, signum: int) -> None:
 
 def _kill_group(pid: int) -> None:
     log.error("training processes still running after the grace period: killing them")
-    import psutil  # noqa: PLC0415
-
     try:
         descendants = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         descendants = []
     _signal_group(pid, signal.SIGKILL)
     for process in descendants:   # ranks in process groups of their own (OpenMPI's daemons make them)
-        _signal_process(process, signal.SIGKILL)
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
