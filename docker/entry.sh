@@ -17,6 +17,18 @@ if [ -z "${DTC_NO_LIBCUDA_LINK:-}" ] && ! ldconfig -p | grep -q 'libcuda\.so '; 
   fi
 fi
 
+# No command (the image has no CMD): inside a training job, where SageMaker (or a local mode)
+# has written /opt/ml/input/config/resourceconfig.json, that means `train` (SageMaker SDK v3's
+# local container mode starts the image without one when the job has no source_code);
+# elsewhere (`docker run -it IMAGE`) an interactive shell.
+if [ $# -eq 0 ]; then
+  if [ -f "${SAGEMAKER_BASE_DIR:-/opt/ml}/input/config/resourceconfig.json" ]; then
+    set -- train
+  else
+    set -- bash
+  fi
+fi
+
 if [ "${1:-}" = train ]; then
   shift
   exec /opt/dtc/venv/bin/python -m dtc_entrypoint "$@"

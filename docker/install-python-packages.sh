@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the pinned Python stack into $PYTHON's environment: packaging tools, numpy, protobuf,
 # TensorFlow + tf-keras, PyTorch, sagemaker-training (compiles its gethostname C extension),
-# scikit-learn (ships the digits data set), Pillow, and pytest (the image's own sanity suite).
+# scikit-learn (ships the digits data set), Pillow, TensorBoard and matplotlib (the trainers' event files
+# and report plots), and pytest (the image's own sanity suite).
 #
 # CPU flavor: PyTorch's CPU build, `torch==$TORCH_VERSION+cpu`. TORCH_INDEX_URL names the index
 # that has it: `auto` (the image's default) is PyTorch's CPU index; leave it empty where pip's
@@ -40,7 +41,7 @@ log "frameworks ($FLAVOR): ${framework_reqs[*]}"
 pip_install "${index_args[@]}" \
   "numpy==$NUMPY_VERSION" "protobuf==$PROTOBUF_VERSION" "${framework_reqs[@]}" "tf-keras==$TF_KERAS_VERSION" \
   "sagemaker-training==$SAGEMAKER_TRAINING_VERSION" \
-  "scikit-learn==$SCIKIT_LEARN_VERSION" "pillow==$PILLOW_VERSION" "pytest==$PYTEST_VERSION" \
+  "scikit-learn==$SCIKIT_LEARN_VERSION" "pillow==$PILLOW_VERSION" "tensorboard==$TENSORBOARD_VERSION" "matplotlib==$MATPLOTLIB_VERSION" "pytest==$PYTEST_VERSION" \
   || die "framework install failed; for PyTorch's $FLAVOR build set TORCH_INDEX_URL (see docs/versions.md)"
 
 if [ "$FLAVOR" = gpu ]; then

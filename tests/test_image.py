@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from dtc_local import job_tree
 
 from conftest import PROGRAMS, REPO, run_train
 from test_install import pins
@@ -74,6 +75,29 @@ def check_labels(flavor: str) -> None:
 def test_any_other_command_is_execd_as_pid_1():
     done = container("run", "--rm", flavor_image("cpu"), "bash", "-c", 'echo "$$ $(cat /proc/1/comm)"', check=True)
     assert done.stdout.split() == ["1", "bash"]
+
+
+def test_with_no_command_the_image_trains_inside_a_training_job_and_is_a_shell_elsewhere(make_job, tmp_path):
+    """SageMaker SDK v3's local container mode starts the image with no command when the job has
+    no source_code (issue #12): with /opt/ml/input/config written, that runs `train`; without it
+    (`docker run -it IMAGE`) the image gives a shell, here fed on stdin."""
+    root = make_job({"sagemaker_program": "echo_argv.py", "epochs": 3})
+    shutil.copy(PROGRAMS / "echo_argv.py", root / "code")
+    done = container("run", "--rm", "--network", "none", "-v", f"{root}:/opt/ml", flavor_image("cpu"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads((root / "output" / "data" / "argv-single.json").read_text())["argv"] == ["--epochs", "3"]
+    assert (root / "output" / "success").exists()
+
+    # A job with nothing to run fails and says what to set, instead of "succeeding" untrained.
+    empty = tmp_path / "empty" / "opt" / "ml"
+    job_tree.write(str(empty), hyperparameters={})
+    failed = container("run", "--rm", "--network", "none", "-v", f"{empty}:/opt/ml", flavor_image("cpu"))
+    assert failed.returncode != 0
+    assert (empty / "output" / "failure").read_text().startswith("no training program: set the sagemaker_program")
+
+    shell = subprocess.run([CONTAINER, "run", "--rm", "-i", flavor_image("cpu")], input='echo "$0 $((6 * 7))"\n',
+                           capture_output=True, text=True, timeout=120)
+    assert shell.returncode == 0 and shell.stdout.split() == ["bash", "42"], shell.stderr
 
 
 def test_entry_script_links_an_injected_libcuda_for_horovods_dlopen(tmp_path):
