@@ -64,6 +64,8 @@ else
 	SAGEMAKER_BASE_DIR=$(JOB_DIR) train
 endif
 	@echo "model written to $(JOB_DIR)/model:"; ls -l $(JOB_DIR)/model
+	@echo "report (plots and summary) in $(JOB_DIR)/output/data/report, TensorBoard events in $(JOB_DIR)/output/tensorboard:"
+	@cat $(JOB_DIR)/output/data/report/summary.md
 
 cluster: $(SETUP_STAMP) image
 	. scripts/podman-env.sh && $(PYTHON) -m dtc_local.cluster --job-dir $(CLUSTER_DIR) \

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from conftest import PROGRAMS, REPO
-from test_trainers_e2e import DIGEST, METRIC
+from test_trainers_e2e import DIGEST, METRIC, check_observability
 
 IMAGE = os.environ.get("DTC_IMAGE")
 pytestmark = [pytest.mark.image,
@@ -71,6 +71,11 @@ def check_two_host_job(case, tmp_path, image):
     assert int(epochs_seen[-1][3]) == 360
     digests = {int(rank): digest for rank, size, digest in DIGEST.findall(log) if int(size) == world_size}
     assert sorted(digests) == list(range(world_size)) and len(set(digests.values())) == 1
+
+    # TensorBoard events and the report come from the master's rank 0 only
+    check_observability(log, tmp_path / "job" / "algo-1" / "output", epochs, world_size)   # PS: its 1 worker
+    assert not (tmp_path / "job" / "algo-2" / "output" / "data" / "report").exists()
+    assert not any((tmp_path / "job" / "algo-2" / "output" / "tensorboard").glob("events.*"))
 
     program = args[args.index("--program") + 1]
     assert SAVED[program] in result["hosts"]["algo-1"]["model"]      # written once, by the master

@@ -13,11 +13,12 @@ from . import contract
 
 log = logging.getLogger("dtc.train")
 
-# One line per epoch, on rank 0. A SageMaker metric_definitions regex such as
-# 'val_accuracy=([0-9.]+)' reads it (README, "Metrics").
+# One line per epoch, on rank 0 (dtc_train.observe). The README's metric_definitions read it
+# (tests/test_trainers_e2e.py applies them to real logs). samples_per_second: global, over the
+# epoch's training steps.
 METRIC_LINE = ("epoch={epoch}/{epochs} train_loss={train_loss:.4f} train_accuracy={train_accuracy:.4f} "
                "val_loss={val_loss:.4f} val_accuracy={val_accuracy:.4f} val_samples={val_samples} "
-               "epoch_seconds={epoch_seconds:.2f}")
+               "epoch_seconds={epoch_seconds:.2f} samples_per_second={samples_per_second:.1f}")
 
 
 def parse_args(description: str, argv: list[str] | None = None) -> argparse.Namespace:
@@ -43,12 +44,21 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
     parser.add_argument("--data-device", choices=("auto", "cpu", "gpu"), default="auto",
                         help="where DALI decodes: gpu when one is visible (auto), or forced")
     parser.add_argument("--dali-threads", type=int, default=2)
+    parser.add_argument("--tensorboard-dir", default=os.path.join(contract.output_dir(), "tensorboard"),
+                        help="TensorBoard event files (SageMaker's TensorBoardOutputConfig LocalPath default); "
+                             "see dtc_train.observe")
+    parser.add_argument("--report-dir", default=os.path.join(contract.output_data_dir(), "report"),
+                        help="end-of-training plots and summary (uploaded in output.tar.gz)")
+    parser.add_argument("--progress-seconds", type=float, default=30.0,
+                        help="at most one progress line per this many seconds within an epoch; 0: none")
     args = parser.parse_args(argv)
     for name in ("epochs", "batch_size", "dali_threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.learning_rate <= 0:
         parser.error("--learning-rate must be positive")
+    if args.progress_seconds < 0:
+        parser.error("--progress-seconds must be 0 (no progress lines) or more")
     return args
 
 
@@ -113,8 +123,18 @@ def atomic_write_tree(path: str, write: Callable[[str], None]) -> None:
             shutil.rmtree(tmp)
 
 
+def write_text(path: str, text: str) -> None:
+    """Writes ``text`` to ``path`` atomically (``atomic_write``)."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as handle:
+            handle.write(text)
+
+    atomic_write(path, write)
+
+
 def write_json(path: str, data: dict) -> None:
-    atomic_write(path, lambda tmp: open(tmp, "w").write(json.dumps(data, indent=2) + "\n"))
+    write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def weights_digest(arrays: Iterable) -> str:

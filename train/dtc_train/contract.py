@@ -21,6 +21,17 @@ def model_dir() -> str:
     return os.environ.get("SM_MODEL_DIR") or os.path.join(base_dir(), "model")
 
 
+def output_dir() -> str:
+    """``$SM_OUTPUT_DIR`` (``<base>/output``): its ``tensorboard/`` is what SageMaker's
+    TensorBoardOutputConfig syncs to S3 by default."""
+    return os.environ.get("SM_OUTPUT_DIR") or os.path.join(base_dir(), "output")
+
+
+def output_data_dir() -> str:
+    """``$SM_OUTPUT_DATA_DIR`` (``<base>/output/data``): uploaded as output.tar.gz."""
+    return os.environ.get("SM_OUTPUT_DATA_DIR") or os.path.join(output_dir(), "data")
+
+
 def channel_dir(name: str) -> str:
     """``$SM_CHANNEL_<NAME>``, else ``<base>/input/data/<name>``."""
     return os.environ.get(f"SM_CHANNEL_{name.upper()}") or os.path.join(base_dir(), "input", "data", name)

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from . import common, contract, dali_data, torch_common, torch_model
+from . import common, contract, dali_data, observe, torch_common, torch_model
 
 
 def _allreduce_sum_on(device: torch.device) -> torch_common.AllReduceSum:
@@ -76,10 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
 
     start_epoch = torch_common.restore(args, model, optimizer, rank, _broadcast_object)
+    observer = observe.Observer(args, rank == 0, size, data.steps_per_epoch, args.batch_size * size, "ddp")
     val_accuracy = torch_common.fit(args, model, optimizer, data, torch_common.batches(train_pipe, device),
                                     torch_common.batches(val_pipe, device), rank, _allreduce_sum_on(device),
-                                    start_epoch)
+                                    observer, start_epoch)
     torch_common.finish(args, module, rank, size, val_accuracy)
+    observer.close()
     dist.barrier()   # every rank leaves after rank 0 has saved
     dist.destroy_process_group()
     return 0

@@ -16,7 +16,7 @@ import horovod
 import horovod.torch as hvd
 import torch
 
-from . import common, contract, dali_data, torch_common, torch_model
+from . import common, contract, dali_data, observe, torch_common, torch_model
 
 
 def _allreduce_sum(tensor: torch.Tensor, name: str) -> torch.Tensor:
@@ -54,9 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 
+    observer = observe.Observer(args, rank == 0, size, data.steps_per_epoch, args.batch_size * size, "horovod")
     val_accuracy = torch_common.fit(args, model, optimizer, data, torch_common.batches(train_pipe, device),
-                                    torch_common.batches(val_pipe, device), rank, _allreduce_sum, start_epoch)
+                                    torch_common.batches(val_pipe, device), rank, _allreduce_sum, observer,
+                                    start_epoch)
     torch_common.finish(args, model, rank, size, val_accuracy)
+    observer.close()
     hvd.join()   # every rank leaves after rank 0 has saved
     return 0
 

@@ -18,7 +18,6 @@ Hyperparameters: see ``dtc_train.common.parse_args``.
 
 import os
 import sys
-import time
 
 from . import tf_env  # noqa: F401  (before TensorFlow: selects Keras 2)
 
@@ -28,7 +27,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from . import common, contract, dali_data, tf_model  # noqa: E402
+from . import common, contract, dali_data, observe, tf_model  # noqa: E402
 from .tf_model import IMAGE_SHAPE, build_model  # noqa: E402
 
 
@@ -57,14 +56,16 @@ def _dataset(pipe, batch_size: int, device_id: int | None):
 class EpochReport(keras.callbacks.Callback):
     """Exact validation over all shards, the metric line and the checkpoint, after each epoch."""
 
-    def __init__(self, args, val_batches, shard: dali_data.Shard):
+    def __init__(self, args, val_batches, shard: dali_data.Shard, observer: observe.Observer):
         super().__init__()
-        self.args, self.val_batches, self.shard = args, val_batches, shard
-        self.started = time.perf_counter()
+        self.args, self.val_batches, self.shard, self.observer = args, val_batches, shard, observer
         self.last = {}
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.started = time.perf_counter()
+        self.observer.begin_epoch(epoch + 1)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.observer.step_done()
 
     def evaluate(self) -> tuple[float, float, int]:
         sums = np.zeros(3, dtype=np.float64)
@@ -78,14 +79,13 @@ class EpochReport(keras.callbacks.Callback):
         return loss_sum / count, correct / count, int(count)
 
     def on_epoch_end(self, epoch, logs=None):
+        self.observer.end_training_steps()
         val_loss, val_accuracy, val_count = self.evaluate()
         self.last = {"val_accuracy": val_accuracy}
+        self.observer.end_epoch(epoch + 1, train_loss=logs["loss"], train_accuracy=logs["accuracy"], val_loss=val_loss,
+                                val_accuracy=val_accuracy, val_samples=val_count)
         if hvd.rank() != 0:
             return
-        common.emit(common.METRIC_LINE.format(
-            epoch=epoch + 1, epochs=self.args.epochs, train_loss=logs["loss"], train_accuracy=logs["accuracy"],
-            val_loss=val_loss, val_accuracy=val_accuracy, val_samples=val_count,
-            epoch_seconds=time.perf_counter() - self.started))
         save_checkpoint(self.args.checkpoint_dir, epoch + 1, self.model)
 
 
@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         keras.optimizers.SGD(learning_rate=args.learning_rate * size, momentum=args.momentum))
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
-    report = EpochReport(args, iter(val_ds), data.val_shard)
+    observer = observe.Observer(args, rank == 0, size, data.steps_per_epoch, args.batch_size * size, "horovod")
+    report = EpochReport(args, iter(val_ds), data.val_shard, observer)
     # every rank creates the optimizer's variables now, with the same names, so that the broadcast
     # callback pairs rank 0's restored ones with the others' (created lazily they are named apart)
     model.optimizer.build(model.trainable_variables)
@@ -175,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         tf_model.save(model, args.model_dir, val_accuracy=report.last.get("val_accuracy"), epochs=args.epochs,
                       world_size=size, strategy="horovod")
+    observer.close()
     hvd.allreduce(tf.constant(0.0), name="finished")   # every rank leaves after rank 0 has saved
     return 0
 

@@ -19,7 +19,6 @@ import math
 import os
 import sys
 import tempfile
-import time
 
 from . import tf_env  # noqa: F401  (before TensorFlow: selects Keras 2)
 
@@ -27,31 +26,32 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from . import common, contract, image_folder, tf_model  # noqa: E402
+from . import common, contract, image_folder, observe, tf_model  # noqa: E402
 
 
 class EpochReport(keras.callbacks.Callback):
     """Validation over the whole channel, the metric line and the chief's checkpoint, per epoch."""
 
-    def __init__(self, args, validation: tuple[np.ndarray, np.ndarray], is_chief: bool):
+    def __init__(self, args, validation: tuple[np.ndarray, np.ndarray], is_chief: bool, observer: observe.Observer):
         super().__init__()
-        self.args, self.validation, self.is_chief = args, validation, is_chief
-        self.started = time.perf_counter()
+        self.args, self.validation, self.is_chief, self.observer = args, validation, is_chief, observer
         self.val_accuracy = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.started = time.perf_counter()
+        self.observer.begin_epoch(epoch + 1)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.observer.step_done()
 
     def on_epoch_end(self, epoch, logs=None):
+        self.observer.end_training_steps()
         images, labels = self.validation
         loss_sum, correct = tf_model.sparse_metrics(self.model(images, training=False), labels)
         self.val_accuracy = correct / len(labels)
+        self.observer.end_epoch(epoch + 1, train_loss=logs["loss"], train_accuracy=logs["accuracy"],
+                                val_loss=loss_sum / len(labels), val_accuracy=self.val_accuracy, val_samples=len(labels))
         if not self.is_chief:
             return
-        common.emit(common.METRIC_LINE.format(
-            epoch=epoch + 1, epochs=self.args.epochs, train_loss=logs["loss"], train_accuracy=logs["accuracy"],
-            val_loss=loss_sum / len(labels), val_accuracy=self.val_accuracy, val_samples=len(labels),
-            epoch_seconds=time.perf_counter() - self.started))
         common.atomic_write(os.path.join(self.args.checkpoint_dir, "checkpoint.weights.h5"), self.model.save_weights)
         common.write_json(os.path.join(self.args.checkpoint_dir, "checkpoint.json"), {"epoch": epoch + 1})
 
@@ -87,13 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         model = tf_model.build_model()
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=args.learning_rate * replicas, momentum=args.momentum),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-    report = EpochReport(args, validation, is_chief)
+    observer = observe.Observer(args, is_chief, workers, steps, global_batch, "multi_worker_mirrored")
+    report = EpochReport(args, validation, is_chief, observer)
     model.fit(dataset, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=[report])
 
     common.emit(f"rank={task_id} world_size={workers} final_weights_sha256={common.weights_digest(model.get_weights())}")
     model_dir = args.model_dir if is_chief else tempfile.mkdtemp(prefix="dtc-mwms-worker-")
     tf_model.save(model, model_dir, val_accuracy=report.val_accuracy, epochs=args.epochs, world_size=workers,
                   strategy="multi_worker_mirrored_strategy")
+    observer.close()
     return 0
 
 

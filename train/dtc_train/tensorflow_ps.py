@@ -18,14 +18,13 @@ worker applies its own updates.
 import math
 import os
 import sys
-import time
 
 from . import tf_env  # noqa: F401  (before TensorFlow: selects Keras 2)
 
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from . import common, contract, image_folder, tf_model  # noqa: E402
+from . import common, contract, image_folder, observe, tf_model  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,28 +78,30 @@ def main(argv: list[str] | None = None) -> int:
 
     iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
     local = tf_model.build_model()   # the chief's copy for validation and saving
+    # Steps are scheduled asynchronously on the workers: no progress lines within an epoch.
+    observer = observe.Observer(args, True, workers, steps, args.batch_size, "parameter_server")
     val_accuracy = 0.0
     for epoch in range(1, args.epochs + 1):
-        started = time.perf_counter()
+        observer.begin_epoch(epoch)
         for variable in (loss_sum, correct, seen):
             variable.assign(0.0)
         for _ in range(steps):
             coordinator.schedule(train_step, args=(iterator,))
         coordinator.join()
+        observer.end_training_steps()
         local.set_weights(model.get_weights())
         val_loss_sum, val_correct = tf_model.sparse_metrics(local(val_images, training=False), val_labels)
         val_accuracy = val_correct / len(val_labels)
         count = float(seen.numpy())
-        common.emit(common.METRIC_LINE.format(
-            epoch=epoch, epochs=args.epochs, train_loss=float(loss_sum.numpy()) / count,
-            train_accuracy=float(correct.numpy()) / count, val_loss=val_loss_sum / len(val_labels),
-            val_accuracy=val_accuracy, val_samples=len(val_labels), epoch_seconds=time.perf_counter() - started))
+        observer.end_epoch(epoch, train_loss=float(loss_sum.numpy()) / count, train_accuracy=float(correct.numpy()) / count,
+                           val_loss=val_loss_sum / len(val_labels), val_accuracy=val_accuracy, val_samples=len(val_labels))
         common.atomic_write(os.path.join(args.checkpoint_dir, "checkpoint.weights.h5"), local.save_weights)
         common.write_json(os.path.join(args.checkpoint_dir, "checkpoint.json"), {"epoch": epoch})
 
     common.emit(f"rank=0 world_size={workers} final_weights_sha256={common.weights_digest(local.get_weights())}")
     tf_model.save(local, args.model_dir, val_accuracy=val_accuracy, epochs=args.epochs, world_size=workers,
                   strategy="parameter_server")
+    observer.close()
     return 0
 
 

@@ -12,13 +12,12 @@ training starts over.
 """
 
 import os
-import time
 from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
-from . import common, dali_data, torch_model
+from . import common, dali_data, observe, torch_model
 
 # Sums a float64 tensor over all ranks and returns the result (hvd.allreduce or dist.all_reduce).
 AllReduceSum = Callable[[torch.Tensor, str], torch.Tensor]
@@ -88,8 +87,9 @@ def batches(pipe, device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Te
         yield data["images"].to(device), data["labels"].to(device).view(-1).long()
 
 
-def train_epoch(model, optimizer, train_batches, steps: int) -> torch.Tensor:
-    """``steps`` optimizer steps; returns this rank's float64 [loss sum, correct, samples]."""
+def train_epoch(model, optimizer, train_batches, steps: int, on_step: Callable[[], None] = lambda: None) -> torch.Tensor:
+    """``steps`` optimizer steps, calling ``on_step()`` after each; returns this rank's float64
+    [loss sum, correct, samples]."""
     sums = torch.zeros(3, dtype=torch.float64)
     for _ in range(steps):
         images, labels = next(train_batches)
@@ -100,6 +100,7 @@ def train_epoch(model, optimizer, train_batches, steps: int) -> torch.Tensor:
         optimizer.step()
         sums += torch.tensor([loss.item() * len(labels), (logits.argmax(1) == labels).sum().item(),
                               len(labels)], dtype=torch.float64)
+        on_step()
     return sums
 
 
@@ -122,25 +123,25 @@ def evaluate(model, val_batches, shard: dali_data.Shard, allreduce_sum: AllReduc
 
 
 def fit(args, model, optimizer, data: dali_data.RankData, train_batches, val_batches, rank: int,
-        allreduce_sum: AllReduceSum, start_epoch: int = 0) -> float:
+        allreduce_sum: AllReduceSum, observer: observe.Observer, start_epoch: int = 0) -> float:
     """Epochs ``start_epoch + 1`` to ``args.epochs``: train, all-reduce the training sums, validate
-    exactly; rank 0 logs the metric line and writes the checkpoint. Returns the last validation
-    accuracy (measured once when the checkpoint had already reached ``args.epochs``)."""
+    exactly; rank 0 reports the epoch (``observer``: metric line, TensorBoard) and writes the
+    checkpoint. Returns the last validation accuracy (measured once when the checkpoint had
+    already reached ``args.epochs``)."""
     if start_epoch >= args.epochs:
         if rank == 0:
             common.log.info("the checkpoint has done all %d epochs: nothing left to train", args.epochs)
         return evaluate(model, val_batches, data.val_shard, allreduce_sum)[1]
     val_accuracy = 0.0
     for epoch in range(start_epoch + 1, args.epochs + 1):
-        started = time.perf_counter()
-        sums = train_epoch(model, optimizer, train_batches, data.steps_per_epoch)
+        observer.begin_epoch(epoch)
+        sums = train_epoch(model, optimizer, train_batches, data.steps_per_epoch, observer.step_done)
         loss_sum, correct, count = allreduce_sum(sums, "train_sums").tolist()
+        observer.end_training_steps()
         val_loss, val_accuracy, val_count = evaluate(model, val_batches, data.val_shard, allreduce_sum)
+        observer.end_epoch(epoch, train_loss=loss_sum / count, train_accuracy=correct / count, val_loss=val_loss,
+                           val_accuracy=val_accuracy, val_samples=val_count)
         if rank == 0:
-            common.emit(common.METRIC_LINE.format(
-                epoch=epoch, epochs=args.epochs, train_loss=loss_sum / count, train_accuracy=correct / count,
-                val_loss=val_loss, val_accuracy=val_accuracy, val_samples=val_count,
-                epoch_seconds=time.perf_counter() - started))
             checkpoint = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                           "rng": torch.get_rng_state()}
             common.atomic_write(os.path.join(args.checkpoint_dir, CHECKPOINT_NAME),

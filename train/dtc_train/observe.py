@@ -1,0 +1,214 @@
+"""What a built-in trainer tells the people watching it: the metric line per epoch, progress
+lines within an epoch, TensorBoard event files, and an end-of-training report.
+
+One ``Observer`` per process; only the reporting rank's (rank 0, the chief) writes anything,
+the others' calls cost nothing, so every trainer calls it the same way:
+
+    observer = Observer(args, reporting=rank == 0, world_size=size,
+                        steps_per_epoch=steps, global_batch=args.batch_size * size)
+    for epoch in ...:
+        observer.begin_epoch(epoch)
+        for step in ...: ...; observer.step_done()
+        observer.end_training_steps()          # validation follows
+        observer.end_epoch(epoch, train_loss=..., train_accuracy=..., val_loss=...,
+                           val_accuracy=..., val_samples=...)
+    observer.close()
+
+Outputs (SageMaker uploads both: ``TensorBoardOutputConfig`` syncs ``/opt/ml/output/tensorboard``
+to S3 while the job runs, and ``/opt/ml/output/data`` becomes ``output.tar.gz``):
+
+- ``--tensorboard-dir`` (default ``$SM_OUTPUT_DIR/tensorboard``, ``/opt/ml/output/tensorboard``): scalars per epoch, written with
+  TensorBoard's own writer (``tensorboard.summary.Writer``): ``train/loss``, ``train/accuracy``,
+  ``validation/loss``, ``validation/accuracy``, ``throughput/samples_per_second`` (global,
+  training steps only), ``time/epoch_seconds``; the step is the epoch number.
+- ``--report-dir`` (default ``$SM_OUTPUT_DATA_DIR/report``, ``/opt/ml/output/data/report``): ``loss.png``, ``accuracy.png``,
+  ``throughput.png`` (matplotlib, per epoch), ``summary.json`` and ``summary.md`` (final
+  metrics; wall time per phase: setup = process start to the first epoch, training steps,
+  validation, and the rest of each epoch (checkpoint, logging); gradient communication is not
+  listed apart: Horovod and DDP overlap it with the backward pass).
+
+Progress lines, at most one per ``--progress-seconds`` (default 30; 0 turns them off), e.g.
+``progress epoch=3/12 step=40/56 samples_per_second=812.4 eta_seconds=95``, where the rate is
+the global one over the steps since the previous line and the ETA covers every step left in
+the job (validation not included).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+
+from . import common
+
+PROGRESS_LINE = "progress epoch={epoch}/{epochs} step={step}/{steps} samples_per_second={rate:.1f} eta_seconds={eta:.0f}"
+SCALARS = {"train_loss": "train/loss", "train_accuracy": "train/accuracy", "val_loss": "validation/loss",
+           "val_accuracy": "validation/accuracy", "samples_per_second": "throughput/samples_per_second",
+           "epoch_seconds": "time/epoch_seconds"}
+
+
+class Observer:
+    """Rank 0's metric lines, progress lines, TensorBoard scalars and report; a no-op elsewhere.
+
+    Args:
+        args: the parsed hyperparameters (``epochs``, ``tensorboard_dir``, ``report_dir``,
+            ``progress_seconds``; common.parse_args).
+        reporting: whether this process writes (rank 0 / the chief).
+        world_size: processes training together (for the summary).
+        steps_per_epoch: optimizer steps per epoch, equal on every rank.
+        global_batch: samples per step over all ranks (per-rank batch x world size).
+        strategy: a name for the summary (``horovod``, ``ddp``, ``multi_worker_mirrored``, ``ps``).
+    """
+
+    def __init__(self, args, reporting: bool, world_size: int, steps_per_epoch: int, global_batch: int,
+                 strategy: str):
+        self.args, self.reporting, self.world_size = args, reporting, world_size
+        self.steps_per_epoch, self.global_batch, self.strategy = steps_per_epoch, global_batch, strategy
+        self.process_start = psutil.Process().create_time()
+        self.history: list[dict] = []
+        self.first_epoch_start: float | None = None
+        self.writer = None
+        if reporting:
+            from tensorboard.summary import Writer  # noqa: PLC0415  (only the reporting rank writes)
+
+            os.makedirs(args.tensorboard_dir, exist_ok=True)
+            self.writer = Writer(args.tensorboard_dir)
+        self._epoch = 0
+        self._step = 0
+        self._epoch_start = self._steps_end = self._last_line = time.time()
+        self._last_line_step = 0
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Epoch ``epoch`` (1-based) starts its training steps."""
+        now = time.time()
+        if self.first_epoch_start is None:
+            self.first_epoch_start = now
+        self._epoch, self._step = epoch, 0
+        self._epoch_start = self._last_line = now
+        self._last_line_step = 0
+
+    def step_done(self) -> None:
+        """One optimizer step finished; prints a progress line when one is due."""
+        self._step += 1
+        if not self.reporting or self.args.progress_seconds <= 0:
+            return
+        now = time.time()
+        if now - self._last_line < self.args.progress_seconds or self._step >= self.steps_per_epoch:
+            return
+        rate = (self._step - self._last_line_step) * self.global_batch / max(now - self._last_line, 1e-9)
+        steps_left = (self.steps_per_epoch - self._step) + (self.args.epochs - self._epoch) * self.steps_per_epoch
+        common.emit(PROGRESS_LINE.format(epoch=self._epoch, epochs=self.args.epochs, step=self._step,
+                                         steps=self.steps_per_epoch, rate=rate,
+                                         eta=steps_left * self.global_batch / max(rate, 1e-9)))
+        self._last_line, self._last_line_step = now, self._step
+
+    def end_training_steps(self) -> None:
+        """The epoch's training steps are done; what follows is validation."""
+        self._steps_end = time.time()
+
+    def end_epoch(self, epoch: int, *, train_loss: float, train_accuracy: float, val_loss: float,
+                  val_accuracy: float, val_samples: int) -> None:
+        """Prints the metric line (common.METRIC_LINE) and records the epoch's scalars. Call after
+        validation, before the checkpoint (whose time counts in the next call's "other")."""
+        if not self.reporting:
+            return
+        now = time.time()
+        if self._steps_end < self._epoch_start:     # a caller without end_training_steps
+            self._steps_end = now
+        train_s = self._steps_end - self._epoch_start
+        record = {"epoch": epoch, "train_loss": float(train_loss), "train_accuracy": float(train_accuracy),
+                  "val_loss": float(val_loss), "val_accuracy": float(val_accuracy), "val_samples": int(val_samples),
+                  "epoch_seconds": now - self._epoch_start, "train_seconds": train_s,
+                  "validation_seconds": now - self._steps_end,
+                  "samples_per_second": self.steps_per_epoch * self.global_batch / max(train_s, 1e-9)}
+        self.history.append(record)
+        common.emit(common.METRIC_LINE.format(epochs=self.args.epochs, **{
+            k: record[k] for k in ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy",
+                                   "val_samples", "epoch_seconds", "samples_per_second")}))
+        for key, tag in SCALARS.items():
+            self.writer.add_scalar(tag, record[key], step=epoch)
+        self.writer.flush()
+
+    def close(self) -> str | None:
+        """Closes the event file and writes the report. Returns the report directory (rank 0)."""
+        if not self.reporting:
+            return None
+        self.writer.close()
+        end = time.time()
+        summary = self.summary(end)
+        directory = self.args.report_dir
+        os.makedirs(directory, exist_ok=True)
+        common.write_json(os.path.join(directory, "summary.json"), summary)
+        common.write_text(os.path.join(directory, "summary.md"), _markdown(summary))
+        if self.history:
+            _plots(self.history, directory, f"{self.strategy}, world size {self.world_size}")
+        common.log.info("report written to %s", directory)
+        return directory
+
+    def summary(self, end: float) -> dict:
+        """The report's numbers: final metrics and wall seconds per phase."""
+        start = self.first_epoch_start if self.first_epoch_start is not None else end
+        phases = {
+            "setup": start - self.process_start,
+            "training_steps": sum(r["train_seconds"] for r in self.history),
+            "validation": sum(r["validation_seconds"] for r in self.history),
+        }
+        phases["other"] = max(0.0, (end - self.process_start) - sum(phases.values()))
+        last = self.history[-1] if self.history else {}
+        return {
+            "strategy": self.strategy, "world_size": self.world_size, "epochs": self.args.epochs,
+            "epochs_this_run": [r["epoch"] for r in self.history],
+            "global_batch": self.global_batch, "steps_per_epoch": self.steps_per_epoch,
+            "final": {k: last[k] for k in ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "val_samples")
+                      if k in last},
+            "mean_samples_per_second": (sum(r["samples_per_second"] for r in self.history) / len(self.history)
+                                        if self.history else None),
+            "wall_seconds": end - self.process_start,
+            "phase_seconds": phases,
+            "epochs_detail": self.history,
+        }
+
+
+def _markdown(summary: dict) -> str:
+    final = summary["final"]
+    lines = [f"# Training report ({summary['strategy']}, world size {summary['world_size']})", ""]
+    if final:
+        lines += [f"- final validation accuracy {final['val_accuracy']:.4f} on {final['val_samples']} samples, "
+                  f"validation loss {final['val_loss']:.4f}",
+                  f"- final training accuracy {final['train_accuracy']:.4f}, training loss {final['train_loss']:.4f}",
+                  f"- epochs in this run: {len(summary['epochs_this_run'])} of {summary['epochs']}"
+                  f" (a resumed job starts after its checkpoint's epoch)",
+                  f"- throughput: {summary['mean_samples_per_second']:.1f} samples/s (global, mean over epochs)"]
+    lines += ["", "| phase | seconds |", "|---|---|"]
+    lines += [f"| {name.replace('_', ' ')} | {seconds:.2f} |" for name, seconds in summary["phase_seconds"].items()]
+    lines += [f"| total | {summary['wall_seconds']:.2f} |", "",
+              "Gradient communication is not listed apart: it overlaps the backward pass.",
+              "Plots: loss.png, accuracy.png, throughput.png.", ""]
+    return "\n".join(lines)
+
+
+def _plots(history: list[dict], directory: str, title: str) -> None:
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    epochs = [r["epoch"] for r in history]
+    figures = {
+        "loss.png": ("loss", [("train_loss", "training"), ("val_loss", "validation")]),
+        "accuracy.png": ("accuracy", [("train_accuracy", "training"), ("val_accuracy", "validation")]),
+        "throughput.png": ("samples / s (global, training steps)", [("samples_per_second", "throughput")]),
+    }
+    for name, (ylabel, series) in figures.items():
+        figure, axes = plt.subplots(figsize=(6, 4), dpi=100)
+        for key, label in series:
+            axes.plot(epochs, [r[key] for r in history], marker="o", label=label)
+        axes.set_title(title)
+        axes.set_xlabel("epoch")
+        axes.set_ylabel(ylabel)
+        axes.grid(alpha=0.3)
+        axes.legend()
+        figure.tight_layout()
+        common.atomic_write(os.path.join(directory, name), lambda tmp: figure.savefig(tmp, format="png"))
+        plt.close(figure)
