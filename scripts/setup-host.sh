@@ -21,9 +21,12 @@ log() { printf '[setup-host] %s\n' "$*" >&2; }
 # Build tools (Horovod, mpi4py, the DALI TF plugin); image tools: build without a Docker daemon
 # (buildah), run (podman, runc), make the base (debootstrap); podman's network backend for the
 # local cluster (CNI plugins and iptables; no DNS plugin: cluster hosts get /etc/hosts entries);
-# an OCI registry (docker-registry, Distribution 2.8) that the delivery test pushes to.
+# an OCI registry (docker-registry, Distribution 2.8) that the delivery test pushes to; for the
+# SageMaker SDKs' local modes (tests/test_sdk_local.py, which serves podman's Docker-compatible
+# API): their compose client (docker-compose 1.29) and name resolution on their compose network
+# (the dnsname CNI plugin); the Docker CLI they also call comes with this kind of machine.
 HOST_PACKAGES=(g++ make cmake patch buildah podman runc debootstrap uidmap containernetworking-plugins iptables
-               docker-registry)
+               docker-registry docker-compose golang-github-containernetworking-plugin-dnsname)
 
 have="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 [ "$have" = "$PYTHON_VERSION" ] || {
@@ -62,4 +65,14 @@ log "this project and the test tools"
 # buildspec.yml's AWS CLI calls and an ECR API to answer them (tests/test_delivery.py)
 "$PYTHON" -m pip install -q "awscli==$AWSCLI_VERSION" "moto[server]==$MOTO_VERSION"
 "$PYTHON" -m pip check
+
+# The SageMaker Python SDKs (v2: Estimator; v3: ModelTrainer), each in its own environment: they
+# pin protobuf < 7 and packaging < 25, which the frameworks' environment does not allow.
+for sdk in "v2:$SAGEMAKER_SDK_V2_VERSION" "v3:$SAGEMAKER_SDK_V3_VERSION"; do
+  sdk_venv="$VENV/sdk-${sdk%%:*}"
+  log "SageMaker Python SDK ${sdk#*:} in $sdk_venv"
+  [ -x "$sdk_venv/bin/python" ] || python3 -m venv "$sdk_venv"
+  "$sdk_venv/bin/python" -m pip install -q "pip==$PIP_VERSION" "sagemaker==${sdk#*:}"
+  "$sdk_venv/bin/python" -m pip check
+done
 log "ready: $VENV"
