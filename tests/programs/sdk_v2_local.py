@@ -8,7 +8,6 @@ Run with the SDK's own interpreter (``.venv/sdk-v2/bin/python``), e.g.
 Prints one JSON line: the job name, model_data and output_path.
 """
 
-import argparse
 import json
 import logging
 import os
@@ -16,17 +15,11 @@ import os
 from sagemaker.estimator import Estimator
 from sagemaker.local import LocalSession
 from sagemaker.pytorch import PyTorch
-from sagemaker.tensorflow import TensorFlow
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--image", required=True)
-parser.add_argument("--instance-count", type=int, default=1)
-parser.add_argument("--estimator", choices=("generic", "pytorch", "tensorflow"), default="generic")
-parser.add_argument("--processes-per-host", type=int, default=2)
-parser.add_argument("--epochs", type=int, default=6)
-parser.add_argument("--data", required=True, help="a directory with training/ and validation/ channels")
-parser.add_argument("--work", required=True, help="container_root and output_path go here")
-parser.add_argument("--source-dir", help="pytorch/tensorflow: the user's code, with train.py")
+import sdk_job_args
+
+parser = sdk_job_args.parser(__doc__.split("\n\n")[0])
+parser.add_argument("--estimator", choices=("generic", "pytorch"), default="generic")
 args = parser.parse_args()
 logging.basicConfig(level=logging.INFO)
 
@@ -45,9 +38,8 @@ if args.estimator == "generic":
         "sagemaker_mpi_num_of_processes_per_host": args.processes_per_host, "epochs": args.epochs}, **common)
 else:
     # A framework estimator in script mode: the user's train.py from source_dir, under MPI.
-    cls, version = (PyTorch, "2.3") if args.estimator == "pytorch" else (TensorFlow, "2.16")
-    estimator = cls(entry_point="train.py", source_dir=args.source_dir, framework_version=version,
-                    py_version="py310", distribution=mpi, hyperparameters={"epochs": args.epochs}, **common)
+    estimator = PyTorch(entry_point="train.py", source_dir=args.source_dir, framework_version="2.3",
+                        py_version="py310", distribution=mpi, hyperparameters={"epochs": args.epochs}, **common)
 estimator.fit({"training": f"file://{args.data}/training", "validation": f"file://{args.data}/validation"})
 print(json.dumps({"job_name": estimator.latest_training_job.name, "model_data": estimator.model_data,
                   "output_path": estimator.output_path}))

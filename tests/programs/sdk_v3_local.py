@@ -9,7 +9,6 @@ Run with the SDK's own interpreter (``.venv/sdk-v3/bin/python``). Prints one JSO
 the container root, where the SDK leaves ``compressed_artifacts/model.tar.gz``.
 """
 
-import argparse
 import json
 import logging
 import os
@@ -18,16 +17,10 @@ from sagemaker.train.configs import Compute, InputData, SourceCode
 from sagemaker.train.distributed import MPI, Torchrun
 from sagemaker.train.model_trainer import Mode, ModelTrainer
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--image", required=True)
-parser.add_argument("--instance-count", type=int, default=1)
+import sdk_job_args
+
+parser = sdk_job_args.parser(__doc__.split("\n\n")[0])
 parser.add_argument("--driver", choices=("none", "torchrun", "mpi"), default="none")
-parser.add_argument("--processes-per-host", type=int, default=2)
-parser.add_argument("--epochs", type=int, default=6)
-parser.add_argument("--data", required=True, help="a directory with training/ and validation/ channels")
-parser.add_argument("--work", required=True, help="the local container root")
-parser.add_argument("--source-dir", help="with --driver: the user's code, with train.py")
-parser.add_argument("--environment", action="append", default=[], help="KEY=VALUE for the containers")
 args = parser.parse_args()
 logging.basicConfig(level=logging.INFO)
 os.makedirs(args.work, exist_ok=True)
@@ -46,7 +39,7 @@ trainer = ModelTrainer(
     training_mode=Mode.LOCAL_CONTAINER, training_image=args.image, local_container_root=args.work,
     role="arn:aws:iam::123456789012:role/SageMakerRole", base_job_name="dtc-v3",
     compute=Compute(instance_type="local_cpu", instance_count=args.instance_count),
-    hyperparameters=hyperparameters, environment=dict(kv.split("=", 1) for kv in args.environment), **options)
+    hyperparameters=hyperparameters, **options)
 trainer.train(input_data_config=[InputData(channel_name="training", data_source=f"{args.data}/training"),
                                  InputData(channel_name="validation", data_source=f"{args.data}/validation")])
 print(json.dumps({"container_root": args.work}))
