@@ -13,10 +13,12 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import pytest
 
 from conftest import PROGRAMS, REPO
+from test_faults import FAULT_LINE
 from test_trainers_e2e import DIGEST, METRIC, check_observability
 
 IMAGE = os.environ.get("DTC_IMAGE")
@@ -129,6 +131,51 @@ def test_a_stopped_two_host_mpi_job_lets_every_rank_finish_saving(tmp_path):
     for host in HOSTS:
         assert result["hosts"][host]["exit_code"] == 143, (host, log[-4000:])
         assert result["hosts"][host]["failure"].startswith("wait_for_sigterm.py was stopped by SIGTERM")
+
+
+def test_a_rank_killed_on_a_worker_host_ends_every_host_within_a_minute(tmp_path):
+    """Rank 3 (on algo-2) dies of SIGKILL mid-epoch (DTC_FAULT: what the OOM killer does). The
+    hosts are given 90 s before the harness would stop them, so each must exit on its own; the
+    master's failure names the rank, the host and the signal."""
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({"environment": {"DTC_FAULT": "rank=3 step=30 signal=KILL"}, "peer_grace_s": 90}))
+    done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file), "--distribution", "mpi",
+                               "--processes-per-host", "2", "--program", "builtin:pytorch", "-p", "epochs=10",
+                               timeout_s=400)
+    ended = time.time()
+    log = done.stdout + done.stderr
+    [(stamp, rank, _)] = FAULT_LINE.findall(log)
+    assert rank == "3"
+    assert ended - datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp() < 60, log[-4000:]
+    assert result["hosts"]["algo-1"]["exit_code"] != 0
+    assert result["hosts"]["algo-1"]["failure"].startswith("rank 3 on host algo-2 was killed by SIGKILL (SIGKILL is "
+                                                            "what the kernel's out-of-memory killer sends"), log[-4000:]
+    assert not result["hosts"]["algo-1"]["model"] and not result["hosts"]["algo-2"]["model"]
+
+
+def test_a_killed_worker_container_ends_the_job_within_a_minute(tmp_path):
+    """`podman kill` of algo-2's container mid-epoch (a host that dies): the master notices the
+    lost MPI daemon, exits non-zero within a minute and names the host."""
+    job = tmp_path / "job"
+    cluster = subprocess.Popen(
+        [sys.executable, "-m", "dtc_local.cluster", "--image", IMAGE, "--instance-count", "2", "--job-dir", str(job),
+         "--timeout-s", "300", "--distribution", "mpi", "--processes-per-host", "2", "--program", "builtin:pytorch",
+         "-p", "epochs=30"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=podman_env(), stdin=subprocess.DEVNULL)
+    lines = []
+    for line in cluster.stdout:          # until the second epoch is under way
+        lines.append(line)
+        if "epoch=2/30" in line:
+            break
+    killed = subprocess.run(["podman", "kill", "algo-2"], capture_output=True, text=True, env=podman_env())
+    killed_at = time.monotonic()
+    log = "".join(lines) + cluster.communicate(timeout=120)[0]
+    assert killed.returncode == 0, killed.stderr
+    assert time.monotonic() - killed_at < 60, log[-4000:]
+    result = json.loads((job / "result.json").read_text())
+    assert result["hosts"]["algo-1"]["exit_code"] != 0, log[-4000:]
+    assert result["hosts"]["algo-1"]["failure"].startswith("host algo-2 stopped answering"), log[-4000:]
+    assert result["hosts"]["algo-2"]["exit_code"] == 137           # SIGKILL
 
 
 CONTAINER = str(REPO / "scripts" / "container.sh")

@@ -32,13 +32,19 @@ def write(variables: dict[str, str], path: str) -> None:
     os.replace(tmp, path)
 
 
+def read(environ=os.environ) -> dict[str, str]:
+    """This host's ``SM_*`` identity as its entrypoint wrote it (empty before it has)."""
+    path = host_env_file(environ)
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as handle:
+        return json.load(handle)
+
+
 def main(argv: list[str]) -> None:
     if not argv:
         sys.exit("usage: python -m dtc_entrypoint.host_identity PROGRAM [ARGS...]")
-    path = host_env_file()
-    if os.path.isfile(path):
-        with open(path) as handle:
-            os.environ.update(json.load(handle))
+    os.environ.update(read())
     os.execvp(argv[0], argv)
 
 

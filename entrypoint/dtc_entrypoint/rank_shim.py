@@ -9,14 +9,20 @@ host: ``supervise`` on the master, ``mpi_hosts.serve_as_worker`` elsewhere). The
 signal to its program, waits for it however long it takes (``train`` kills what is left after
 its own grace), and then exits 0, so that one rank finishing its save first does not abort the
 ranks still saving. Without a stop it exits with the program's code (``128 + N`` for signal N),
-and mpirun's failure handling is unchanged.
+and mpirun's failure handling is unchanged; a rank that dies of a signal is named first, on
+stderr (``rank 3 on host algo-2 was killed by SIGKILL``): mpirun itself names neither the host
+nor the signal, and ``report.describe_failure`` makes that line the failure's first.
 
 Usage (in mpirun's command, before the program): ``python -m dtc_entrypoint.rank_shim PROGRAM [ARGS...]``.
 """
 
+import os
 import signal
+import socket
 import subprocess
 import sys
+
+from . import host_identity, report
 
 MODULE = "dtc_entrypoint.rank_shim"
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
@@ -65,6 +71,13 @@ def run(argv: list[str]) -> int:
     code = child.wait()
     if stopped:
         return 0
+    if code < 0:
+        rank = os.environ.get("OMPI_COMM_WORLD_RANK", "?")
+        host = (host_identity.read().get("SM_CURRENT_HOST") or os.environ.get("SM_CURRENT_HOST")
+                or socket.gethostname())
+        sys.stderr.write(f"[dtc] rank {rank} on host {host} was killed by {report.signal_label(-code)} "
+                         f"(exit code {128 - code})\n")
+        sys.stderr.flush()
     return 128 - code if code < 0 else code
 
 

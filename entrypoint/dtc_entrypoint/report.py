@@ -10,6 +10,7 @@ first writer (often the user's script) wins (toolkit #111).
 
 import os
 import re
+import signal
 import tempfile
 from collections.abc import Iterable, Sequence
 
@@ -22,6 +23,43 @@ _TAG = re.compile(r"\[(\d+),(\d+)\]<(?:stderr|stdout)>:")
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:: .*)?$")
 
 FAILURE_REASON_CHARS = 1024
+# SIGKILL is what the kernel's out-of-memory killer sends (and `kill -9`, and a host's shutdown).
+OOM_HINT = "SIGKILL is what the kernel's out-of-memory killer sends: check the instance's memory"
+# What rank_shim prints when its rank dies of a signal (MPI), and torchrun's root-cause block.
+_DEAD_RANK = re.compile(r"rank (\d+) on host (\S+) was killed by (SIG[A-Z0-9]+)")
+# mpirun when a host's orted vanishes (the host or its container died, or the network failed).
+_LOST_DAEMON = re.compile(r"Remote daemon:\s*\[\[\d+,\d+\],\d+\] on node (\S+)")
+_TORCHRUN_ROOT_CAUSE = re.compile(
+    r"host\s*:\s*(\S+)\s+rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s+exitcode\s*:\s*(-?\d+)", re.S)
+
+
+def signal_label(number: int) -> str:
+    """``SIGKILL`` for 9; ``signal N`` for numbers Python does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def dead_rank(lines: Sequence[str]) -> str | None:
+    """One sentence naming the rank that died of a signal, its host and the signal, from
+    rank_shim's line (MPI) or torchrun's "Root Cause" block, or the host whose MPI daemon
+    mpirun lost; ``None`` when none of them is there. SIGKILL gets ``OOM_HINT``."""
+    text = "\n".join(lines)
+    lost = _LOST_DAEMON.search(text)
+    if lost:
+        return (f"host {lost.group(1)} stopped answering: mpirun lost its daemon there (the host or its "
+                "container died, was killed or ran out of memory, or the network to it failed)")
+    match = _DEAD_RANK.search(text)
+    if match:
+        rank, host, name = match.groups()
+    else:   # torchrun lists every failed rank; the root cause is the one after "Root Cause"
+        match = _TORCHRUN_ROOT_CAUSE.search(text[text.rfind("Root Cause"):] if "Root Cause" in text else text)
+        if not match or int(match.group(3)) >= 0:
+            return None
+        host, rank, name = match.group(1), match.group(2), signal_label(-int(match.group(3)))
+    sentence = f"rank {rank} on host {host} was killed by {name}"
+    return sentence + (f" ({OOM_HINT})" if name == "SIGKILL" else "")
 
 
 def untag(lines: Iterable[str]) -> dict[str, list[str]]:
@@ -55,9 +93,12 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
                      signal_name: str | None = None) -> str:
     """The failure file's text for a training program that ended badly.
 
-    First line: the exception the program raised (from the first rank that printed one), or
-    ``<program> exited with code N`` / ``was stopped by SIGTERM``. Then where it came from and
-    the end of stderr, so the first 1024 characters explain the failure.
+    First line: a rank that died of a signal (``rank 3 on host algo-2 was killed by SIGKILL``,
+    with the out-of-memory hint for SIGKILL: the others' errors follow from it), else the
+    exception the program raised (from the first rank that printed one), else ``<program>
+    exited with code N`` (``was killed by SIGNAME`` for 128 + N) / ``was stopped by SIGTERM``.
+    Then where it came from and the end of stderr, so the first 1024 characters explain the
+    failure.
     """
     culprit, where = None, ""
     for key, lines in untag(stderr_tail).items():
@@ -65,10 +106,19 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
         if line:
             culprit, where = line, key
             break
+    died = dead_rank([_TAG.sub("", line) for line in stderr_tail])
     if signal_name:
         headline = f"{program} was stopped by {signal_name}"
+    elif died:
+        headline = died
+    elif culprit:
+        headline = culprit
+    elif 128 < exit_code < 128 + 65:
+        name = signal_label(exit_code - 128)
+        headline = f"{program} was killed by {name} (exit code {exit_code})" + (
+            f": {OOM_HINT}" if name == "SIGKILL" else "")
     else:
-        headline = culprit or f"{program} exited with code {exit_code}"
+        headline = f"{program} exited with code {exit_code}"
     details = [f"Training program {program!r} exited with code {exit_code}"
                + (f"; the exception above was raised on {where}" if culprit and where else "") + "."]
     tail = [line for line in stderr_tail[-40:] if line.strip()]

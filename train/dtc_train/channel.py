@@ -7,6 +7,13 @@ decoder crashes on them. Here a class is a non-hidden folder at the channel's to
 the sorted folder names, as DALI's ``fn.readers.file`` and torchvision's ``ImageFolder`` do); a
 sample is a file in it whose extension is one DALI's image decoder reads; everything else is
 listed in ``ignored`` for one log line and never read.
+
+Corrupt images (a truncated upload, an HTML error page saved as ``.jpg``) would stop DALI or
+Pillow mid-epoch. ``corrupt_images`` (the trainers' ``corrupt-images`` hyperparameter) decides:
+``fail`` (the default) checks every sample's header with Pillow (``Image.verify``: one read of
+the file's start, no decode) and refuses the channel naming the bad files; ``skip`` checks the
+same way, leaves them out and names them once in the log; ``off`` checks nothing (for channels
+of millions of files already known to be clean).
 """
 
 import logging
@@ -16,6 +23,7 @@ from dataclasses import dataclass
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".jp2",
                               ".pnm", ".pgm", ".ppm", ".pbm"})
 IGNORED_SHOWN = 10
+CORRUPT_IMAGES_CHOICES = ("fail", "skip", "off")
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,8 @@ class Channel:
         files: sample paths relative to ``root`` (``<class>/<file>``), sorted by class then name.
         labels: int label per file, same length as ``files``.
         ignored: paths relative to ``root`` of everything that is not a sample.
+        corrupt: paths relative to ``root`` of image files whose header Pillow cannot read,
+            left out of ``files`` (``corrupt_images="skip"``).
     """
 
     root: str
@@ -35,6 +45,7 @@ class Channel:
     files: tuple[str, ...]
     labels: tuple[int, ...]
     ignored: tuple[str, ...]
+    corrupt: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.files)
@@ -45,19 +56,38 @@ class Channel:
             shown = ", ".join(self.ignored[:IGNORED_SHOWN]) + (" ..." if len(self.ignored) > IGNORED_SHOWN else "")
             log.warning("channel %s: ignoring %d entries that are not image files in class folders: %s",
                         self.root, len(self.ignored), shown)
+        if self.corrupt:
+            shown = ", ".join(self.corrupt[:IGNORED_SHOWN]) + (" ..." if len(self.corrupt) > IGNORED_SHOWN else "")
+            log.warning("channel %s: skipping %d corrupt image files (corrupt-images=skip): %s",
+                        self.root, len(self.corrupt), shown)
 
 
 def _is_image(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS and not name.startswith(".")
 
 
-def list_images(root: str) -> Channel:
-    """Lists the channel at ``root``.
+def _is_readable_image(path: str) -> bool:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            image.verify()
+        return True
+    except (OSError, UnidentifiedImageError, SyntaxError, ValueError):
+        return False
+
+
+def list_images(root: str, corrupt_images: str = "fail") -> Channel:
+    """Lists the channel at ``root``; ``corrupt_images``: ``fail``, ``skip`` or ``off`` (above).
 
     Raises:
         FileNotFoundError: ``root`` does not exist, or holds no image file in a class folder
             (the message names the directory and what was found instead).
+        ValueError: corrupt image files with ``corrupt_images="fail"`` (named, with the option
+            that skips them), or an unknown ``corrupt_images``.
     """
+    if corrupt_images not in CORRUPT_IMAGES_CHOICES:
+        raise ValueError(f"corrupt-images must be one of {', '.join(CORRUPT_IMAGES_CHOICES)}, got {corrupt_images!r}")
     if not os.path.isdir(root):
         raise FileNotFoundError(f"channel directory {root} does not exist: give the job this channel "
                                 "(an ImageFolder tree: <channel>/<class>/<image>)")
@@ -76,8 +106,18 @@ def list_images(root: str) -> Channel:
                 labels.append(label)
             else:
                 ignored.append(path + ("/" if os.path.isdir(os.path.join(root, path)) else ""))
+    corrupt = []
+    if corrupt_images != "off":
+        corrupt = [path for path in files if not _is_readable_image(os.path.join(root, path))]
+        if corrupt and corrupt_images == "fail":
+            shown = ", ".join(corrupt[:IGNORED_SHOWN]) + (" ..." if len(corrupt) > IGNORED_SHOWN else "")
+            raise ValueError(f"channel {root} has {len(corrupt)} corrupt image files (Pillow cannot read them): "
+                             f"{shown}; remove them, or set the hyperparameter corrupt-images=skip to train without them")
+        bad = set(corrupt)
+        kept = [(path, label) for path, label in zip(files, labels) if path not in bad]
+        files, labels = [path for path, _ in kept], [label for _, label in kept]
     if not files:
         raise FileNotFoundError(
             f"channel {root} has no image files in class folders (<class>/<name>.jpg|png|...); "
             f"found: {', '.join(ignored[:IGNORED_SHOWN]) or 'nothing'}")
-    return Channel(root, tuple(classes), tuple(files), tuple(labels), tuple(ignored))
+    return Channel(root, tuple(classes), tuple(files), tuple(labels), tuple(ignored), tuple(corrupt))

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable
 
-from . import contract
+from . import channel, contract
 
 log = logging.getLogger("dtc.train")
 
@@ -44,6 +44,9 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
     parser.add_argument("--data-device", choices=("auto", "cpu", "gpu"), default="auto",
                         help="where DALI decodes: gpu when one is visible (auto), or forced")
     parser.add_argument("--dali-threads", type=int, default=2)
+    parser.add_argument("--corrupt-images", choices=channel.CORRUPT_IMAGES_CHOICES, default="fail",
+                        help="image files Pillow cannot read: fail naming them (default), skip them "
+                             "(named once in the log), or off (no check); dtc_train.channel")
     parser.add_argument("--tensorboard-dir", default=os.path.join(contract.output_dir(), "tensorboard"),
                         help="TensorBoard event files (SageMaker's TensorBoardOutputConfig LocalPath default); "
                              "see dtc_train.observe")

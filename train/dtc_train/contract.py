@@ -33,8 +33,41 @@ def output_data_dir() -> str:
 
 
 def channel_dir(name: str) -> str:
-    """``$SM_CHANNEL_<NAME>``, else ``<base>/input/data/<name>``."""
+    """``$SM_CHANNEL_<NAME>``, else ``<base>/input/data/<name>``.
+
+    Raises:
+        ValueError: the channel is ``ShardedByS3Key`` on a job of several hosts (see
+            ``refuse_sharded_channel``).
+    """
+    refuse_sharded_channel(name)
     return os.environ.get(f"SM_CHANNEL_{name.upper()}") or os.path.join(base_dir(), "input", "data", name)
+
+
+def _read_config(name: str) -> dict:
+    path = os.path.join(base_dir(), "input", "config", name)
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def refuse_sharded_channel(name: str) -> None:
+    """The built-in trainers read a full copy of each channel on every host and give each rank
+    its share; with ``S3DistributionType: ShardedByS3Key`` (inputdataconfig.json) each host holds
+    a different part, so sharding by global rank would skip data and leave hosts with different
+    step counts, and collectives would wait forever. Refused before any data is read.
+
+    Raises:
+        ValueError: naming the channel, the file and what to set instead.
+    """
+    setting = _read_config("inputdataconfig.json").get(name, {}).get("S3DistributionType")
+    hosts = _read_config("resourceconfig.json").get("hosts", [])
+    if setting == "ShardedByS3Key" and len(hosts) > 1:
+        raise ValueError(
+            f"channel {name!r} is ShardedByS3Key (input/config/inputdataconfig.json) on {len(hosts)} hosts, but "
+            "the built-in trainers need every host to hold the whole channel (they give each rank its share): set the "
+            "channel's S3DataDistributionType to FullyReplicated (SDK v2: TrainingInput(..., "
+            "distribution='FullyReplicated'), the default)")
 
 
 def checkpoint_dir() -> str:

@@ -131,14 +131,16 @@ class RankData:
                 image_pipeline(self.val, batch_size, training=False, **common))
 
 
-def rank_data(train_root: str, val_root: str, batch_size: int, rank: int, size: int) -> RankData:
+def rank_data(train_root: str, val_root: str, batch_size: int, rank: int, size: int,
+              corrupt_images: str = "fail") -> RankData:
     """Lists both channels (rank 0 logs what it ignores) and derives this rank's steps and
     validation shard.
 
     Raises:
         FileNotFoundError: a channel is missing or has no images (``channel.list_images``).
+        ValueError: corrupt image files and ``corrupt_images="fail"`` (``channel.list_images``).
     """
-    train, val = list_images(train_root), list_images(val_root)
+    train, val = list_images(train_root, corrupt_images), list_images(val_root, corrupt_images)
     if rank == 0:
         train.log_ignored(log)
         val.log_ignored(log)

@@ -12,18 +12,20 @@ import numpy as np
 from .channel import list_images
 
 
-def load(root: str, log=None) -> tuple[np.ndarray, np.ndarray]:
-    """Reads every image of the channel at ``root`` (``log``: where to name ignored entries).
+def load(root: str, log=None, corrupt_images: str = "fail") -> tuple[np.ndarray, np.ndarray]:
+    """Reads every image of the channel at ``root`` (``log``: where to name ignored entries;
+    ``corrupt_images``: ``channel.list_images``).
 
     Returns:
         images float32 [N, H, W, 1] in [0, 1] (grayscale, pixel / 255), labels int32 [N].
 
     Raises:
         FileNotFoundError: ``root`` is missing or has no image in a class folder.
+        ValueError: corrupt image files and ``corrupt_images="fail"``.
     """
     from PIL import Image
 
-    channel = list_images(root)
+    channel = list_images(root, corrupt_images)
     if log is not None:
         channel.log_ignored(log)
     images = []

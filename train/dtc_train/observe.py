@@ -4,8 +4,8 @@ lines within an epoch, TensorBoard event files, and an end-of-training report.
 One ``Observer`` per process; only the reporting rank's (rank 0, the chief) writes anything,
 the others' calls cost nothing, so every trainer calls it the same way:
 
-    observer = Observer(args, reporting=rank == 0, world_size=size,
-                        steps_per_epoch=steps, global_batch=args.batch_size * size)
+    observer = Observer(args, rank, world_size=size, steps_per_epoch=steps,
+                        global_batch=args.batch_size * size, strategy="horovod")
     for epoch in ...:
         observer.begin_epoch(epoch)
         for step in ...: ...; observer.step_done()
@@ -40,7 +40,7 @@ import time
 
 import psutil
 
-from . import common
+from . import common, fault
 
 PROGRESS_LINE = "progress epoch={epoch}/{epochs} step={step}/{steps} samples_per_second={rate:.1f} eta_seconds={eta:.0f}"
 SCALARS = {"train_loss": "train/loss", "train_accuracy": "train/accuracy", "val_loss": "validation/loss",
@@ -54,16 +54,20 @@ class Observer:
     Args:
         args: the parsed hyperparameters (``epochs``, ``tensorboard_dir``, ``report_dir``,
             ``progress_seconds``; common.parse_args).
-        reporting: whether this process writes (rank 0 / the chief).
+        rank: this process's global rank; rank 0 (the chief) writes. A fault that ``DTC_FAULT``
+            asks of this rank (dtc_train.fault) strikes after its step.
         world_size: processes training together (for the summary).
         steps_per_epoch: optimizer steps per epoch, equal on every rank.
         global_batch: samples per step over all ranks (per-rank batch x world size).
         strategy: a name for the summary (``horovod``, ``ddp``, ``multi_worker_mirrored``, ``ps``).
     """
 
-    def __init__(self, args, reporting: bool, world_size: int, steps_per_epoch: int, global_batch: int,
+    def __init__(self, args, rank: int, world_size: int, steps_per_epoch: int, global_batch: int,
                  strategy: str):
+        reporting = rank == 0
         self.args, self.reporting, self.world_size = args, reporting, world_size
+        self.fault = fault.for_rank(rank)
+        self._global_step = 0
         self.steps_per_epoch, self.global_batch, self.strategy = steps_per_epoch, global_batch, strategy
         self.process_start = psutil.Process().create_time()
         self.history: list[dict] = []
@@ -91,6 +95,11 @@ class Observer:
     def step_done(self) -> None:
         """One optimizer step finished; prints a progress line when one is due."""
         self._step += 1
+        self._global_step += 1
+        if self.fault and self._global_step >= self.fault.step:
+            common.log.warning("%s: ending this rank after step %d (%s)", fault.ENV, self._global_step,
+                               self.fault.signal.name if self.fault.signal else f"exit {self.fault.exit_code}")
+            self.fault.strike()
         if not self.reporting or self.args.progress_seconds <= 0:
             return
         now = time.time()

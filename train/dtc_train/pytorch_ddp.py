@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     torch_common.set_threads_per_rank(local_size)
 
     data = dali_data.rank_data(contract.channel_dir(args.train_channel), contract.channel_dir(args.validation_channel),
-                               args.batch_size, rank, size)
+                               args.batch_size, rank, size, args.corrupt_images)
     common.log.info("PyTorch %s DDP (%s): rank %d/%d on %s (host %s); %s; DALI decodes on %s", torch.__version__,
                     dist.get_backend(), rank, size, device, contract.current_host(), data.describe(),
                     "gpu" if dali_device_id is not None else "cpu")
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
 
     start_epoch = torch_common.restore(args, model, optimizer, rank, _broadcast_object)
-    observer = observe.Observer(args, rank == 0, size, data.steps_per_epoch, args.batch_size * size, "ddp")
+    observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, "ddp")
     val_accuracy = torch_common.fit(args, model, optimizer, data, torch_common.batches(train_pipe, device),
                                     torch_common.batches(val_pipe, device), rank, _allreduce_sum_on(device),
                                     observer, start_epoch)

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     torch_common.set_threads_per_rank(hvd.local_size())
 
     data = dali_data.rank_data(contract.channel_dir(args.train_channel), contract.channel_dir(args.validation_channel),
-                               args.batch_size, rank, size)
+                               args.batch_size, rank, size, args.corrupt_images)
     common.log.info("PyTorch %s, Horovod %s: rank %d/%d on %s (host %s); %s; DALI decodes on %s", torch.__version__,
                     horovod.__version__, rank, size, device, contract.current_host(), data.describe(),
                     "gpu" if dali_device_id is not None else "cpu")
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 
-    observer = observe.Observer(args, rank == 0, size, data.steps_per_epoch, args.batch_size * size, "horovod")
+    observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, "horovod")
     val_accuracy = torch_common.fit(args, model, optimizer, data, torch_common.batches(train_pipe, device),
                                     torch_common.batches(val_pipe, device), rank, _allreduce_sum, observer,
                                     start_epoch)

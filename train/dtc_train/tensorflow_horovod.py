@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     device_id = _use_gpu(args)
 
     data = dali_data.rank_data(contract.channel_dir(args.train_channel), contract.channel_dir(args.validation_channel),
-                               args.batch_size, rank, size)
+                               args.batch_size, rank, size, args.corrupt_images)
     common.log.info("TensorFlow %s (tf-keras %s), Horovod %s: rank %d/%d (host %s); %s; DALI decodes on %s",
                     tf.__version__, keras.__version__, horovod.__version__, rank, size, contract.current_host(),
                     data.describe(),
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         keras.optimizers.SGD(learning_rate=args.learning_rate * size, momentum=args.momentum))
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
-    observer = observe.Observer(args, rank == 0, size, data.steps_per_epoch, args.batch_size * size, "horovod")
+    observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, "horovod")
     report = EpochReport(args, iter(val_ds), data.val_shard, observer)
     # every rank creates the optimizer's variables now, with the same names, so that the broadcast
     # callback pairs rank 0's restored ones with the others' (created lazily they are named apart)

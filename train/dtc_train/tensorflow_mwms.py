@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     tf.keras.utils.set_random_seed(args.seed)
 
     shown = common.log if is_chief else None   # ignored files named once
-    train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel), shown)
-    validation = image_folder.load(contract.channel_dir(args.validation_channel), shown)
+    train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel), shown, args.corrupt_images)
+    validation = image_folder.load(contract.channel_dir(args.validation_channel), shown, args.corrupt_images)
     replicas = strategy.num_replicas_in_sync
     global_batch = args.batch_size * replicas
     steps = math.ceil(len(train_labels) / global_batch)
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         model = tf_model.build_model()
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=args.learning_rate * replicas, momentum=args.momentum),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
-    observer = observe.Observer(args, is_chief, workers, steps, global_batch, "multi_worker_mirrored")
+    observer = observe.Observer(args, task_id, workers, steps, global_batch, "multi_worker_mirrored")
     report = EpochReport(args, validation, is_chief, observer)
     model.fit(dataset, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=[report])
 

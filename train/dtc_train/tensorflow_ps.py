@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     cluster = resolver.cluster_spec().as_dict()
     workers, servers = len(cluster.get("worker", [])), len(cluster.get("ps", []))
 
-    train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel), common.log)
-    val_images, val_labels = image_folder.load(contract.channel_dir(args.validation_channel), common.log)
+    train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel), common.log, args.corrupt_images)
+    val_images, val_labels = image_folder.load(contract.channel_dir(args.validation_channel), common.log, args.corrupt_images)
     steps = math.ceil(len(train_labels) / args.batch_size)
     common.log.info("TensorFlow %s ParameterServerStrategy: chief on %s, %d workers, %d parameter servers; "
                     "%d training images (%d steps/epoch), %d validation images", tf.__version__,
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
     local = tf_model.build_model()   # the chief's copy for validation and saving
     # Steps are scheduled asynchronously on the workers: no progress lines within an epoch.
-    observer = observe.Observer(args, True, workers, steps, args.batch_size, "parameter_server")
+    observer = observe.Observer(args, 0, workers, steps, args.batch_size, "parameter_server")
     val_accuracy = 0.0
     for epoch in range(1, args.epochs + 1):
         observer.begin_epoch(epoch)
