@@ -33,7 +33,7 @@ MPI_CUSTOM_OPTIONS = "sagemaker_mpi_custom_mpi_options"
 # Variables of the container's environment that launchers pass on to every process, by name
 # (mpirun -x NAME), so their values never appear in a command line or a log.
 FORWARDED_NAMES = frozenset({"PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "TRAINING_JOB_NAME",
-                             "TRAINING_JOB_ARN"})
+                             "TRAINING_JOB_ARN", "DTC_FAULT"})
 FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_", "FI_", "TF_", "AWS_", "SAGEMAKER_", "CUDA_", "NVIDIA_")
 
 
