@@ -97,7 +97,9 @@ def test_a_failing_rank_on_a_worker_host_fails_the_job_and_every_host_exits(tmp_
                                "-p", "mode=raise-rank-1", timeout_s=400)
     assert done.returncode != 0 and result["exit_code"] == result["hosts"]["algo-1"]["exit_code"] != 0
     assert result["hosts"]["algo-1"]["failure"].startswith("ValueError: learning rate must be positive")
-    assert result["hosts"]["algo-2"]["exit_code"] == 0     # a worker host leaves with its orted (toolkit: 0)
+    # the worker host, where the failing rank ran, fails too and names it (the toolkit's exits 0)
+    assert result["hosts"]["algo-2"]["exit_code"] == 1
+    assert result["hosts"]["algo-2"]["failure"] == "rank 1 on host algo-2 exited with code 1"
 
 
 def test_a_stopped_two_host_mpi_job_lets_every_rank_finish_saving(tmp_path):
@@ -150,6 +152,8 @@ def test_a_rank_killed_on_a_worker_host_ends_every_host_within_a_minute(tmp_path
     assert result["hosts"]["algo-1"]["exit_code"] != 0
     assert result["hosts"]["algo-1"]["failure"].startswith("rank 3 on host algo-2 was killed by SIGKILL (SIGKILL is "
                                                             "what the kernel's out-of-memory killer sends"), log[-4000:]
+    assert result["hosts"]["algo-2"]["exit_code"] == 137
+    assert result["hosts"]["algo-2"]["failure"].startswith("rank 3 on host algo-2 was killed by SIGKILL")
     assert not result["hosts"]["algo-1"]["model"] and not result["hosts"]["algo-2"]["model"]
 
 

@@ -16,7 +16,7 @@ import sys
 import traceback
 
 from . import config as job_config
-from . import fabric, host_identity, launch, mpi_hosts, peers, program, redact, report, strategy, supervise
+from . import fabric, host_identity, launch, mpi_hosts, peers, program, rank_shim, redact, report, strategy, supervise
 from .errors import EXIT_CONFIG_ERROR, EXIT_INTERNAL_ERROR, EXIT_PEER_ERROR, ConfigError, PeerError, ProgramNotFoundError
 from .plan import HOST_SPECIFIC_SM_VARS
 
@@ -83,10 +83,17 @@ def run_job(plan_only: bool) -> int:
         host_identity.write({k: v for k, v in config.sm_env.items() if k in HOST_SPECIFIC_SM_VARS},
                             host_identity.host_env_file())
         if plan.role == "mpi-worker":
+            rank_shim.clear_failures()
             stop = mpi_hosts.serve_as_worker(plan.master_host, _env_seconds("DTC_MPI_WORKER_START_TIMEOUT_S", 600))
             if stop:
                 report.write_failure(config.output_dir, f"{prog.name} was stopped by {signal.Signals(stop).name}\n")
                 return 128 + stop
+            failed = rank_shim.recorded_failures()   # a rank here died or failed: say so here too
+            if failed:
+                report.write_failure(config.output_dir, failed[0]["text"] + "\n\nThe master host's failure file "
+                                     "has the job's whole account (its mpirun saw every rank's output).\n")
+                log.error("training failed on this host: %s", failed[0]["text"])
+                return failed[0]["exit_code"]
             report.write_success(config.output_dir)
             return 0
         mpi_hosts.ensure_sshd()

@@ -11,11 +11,15 @@ its own grace), and then exits 0, so that one rank finishing its save first does
 ranks still saving. Without a stop it exits with the program's code (``128 + N`` for signal N),
 and mpirun's failure handling is unchanged; a rank that dies of a signal is named first, on
 stderr (``rank 3 on host algo-2 was killed by SIGKILL``): mpirun itself names neither the host
-nor the signal, and ``report.describe_failure`` makes that line the failure's first.
+nor the signal, and ``report.describe_failure`` makes that line the failure's first. A rank that
+fails (a signal or a non-zero exit) also leaves a note for its own host (``record_failure``),
+so that a worker host, whose ranks' output goes to the master, can name it in its own failure
+file and exit non-zero too.
 
 Usage (in mpirun's command, before the program): ``python -m dtc_entrypoint.rank_shim PROGRAM [ARGS...]``.
 """
 
+import json
 import os
 import signal
 import socket
@@ -53,6 +57,43 @@ def signal_shims(signum: int, parent_pid: int | None = None) -> int:
     return signalled
 
 
+def failure_dir() -> str:
+    """Where this host's failed ranks leave their notes (beside host_identity's file)."""
+    return os.path.join(os.path.dirname(host_identity.host_env_file()), "rank-failures")
+
+
+def record_failure(rank: str, text: str, exit_code: int) -> None:
+    """Leaves ``{"text", "exit_code"}`` for this host's entrypoint (``recorded_failures``)."""
+    directory = failure_dir()
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".rank-{rank}.tmp")
+    with open(tmp, "w") as handle:
+        json.dump({"text": text, "exit_code": exit_code}, handle)
+    os.replace(tmp, os.path.join(directory, f"rank-{rank}.json"))
+
+
+def recorded_failures() -> list[dict]:
+    """The notes ``record_failure`` left on this host, oldest first."""
+    directory = failure_dir()
+    if not os.path.isdir(directory):
+        return []
+    paths = sorted((os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".json")),
+                   key=os.path.getmtime)
+    notes = []
+    for path in paths:
+        with open(path) as handle:
+            notes.append(json.load(handle))
+    return notes
+
+
+def clear_failures() -> None:
+    """Removes this host's notes (a worker host, before the master starts its ranks)."""
+    directory = failure_dir()
+    if os.path.isdir(directory):
+        for name in os.listdir(directory):
+            os.remove(os.path.join(directory, name))
+
+
 def run(argv: list[str]) -> int:
     """Runs ``argv`` (no shell), forwarding ``FORWARDED_SIGNALS``; returns the shim's exit code."""
     child = subprocess.Popen(argv)
@@ -71,14 +112,20 @@ def run(argv: list[str]) -> int:
     code = child.wait()
     if stopped:
         return 0
-    if code < 0:
+    exit_code = 128 - code if code < 0 else code
+    if code != 0:
         rank = os.environ.get("OMPI_COMM_WORLD_RANK", "?")
         host = (host_identity.read().get("SM_CURRENT_HOST") or os.environ.get("SM_CURRENT_HOST")
                 or socket.gethostname())
-        sys.stderr.write(f"[dtc] rank {rank} on host {host} was killed by {report.signal_label(-code)} "
-                         f"(exit code {128 - code})\n")
-        sys.stderr.flush()
-    return 128 - code if code < 0 else code
+        if code < 0:
+            text = report.rank_death(rank, host, report.signal_label(-code))
+            sys.stderr.write(f"[dtc] {text} (exit code {exit_code})\n")
+            sys.stderr.flush()
+        else:
+            text = f"rank {rank} on host {host} exited with code {code}"
+        if os.path.isfile(host_identity.host_env_file()):   # a job of several hosts (cli writes it)
+            record_failure(rank, text, exit_code)
+    return exit_code
 
 
 if __name__ == "__main__":

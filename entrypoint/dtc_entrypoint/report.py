@@ -41,6 +41,11 @@ def signal_label(number: int) -> str:
         return f"signal {number}"
 
 
+def rank_death(rank: str | int, host: str, name: str) -> str:
+    """``rank 3 on host algo-2 was killed by SIGKILL`` (with ``OOM_HINT`` for SIGKILL)."""
+    return f"rank {rank} on host {host} was killed by {name}" + (f" ({OOM_HINT})" if name == "SIGKILL" else "")
+
+
 def dead_rank(lines: Sequence[str]) -> str | None:
     """One sentence naming the rank that died of a signal, its host and the signal, from
     rank_shim's line (MPI) or torchrun's "Root Cause" block, or the host whose MPI daemon
@@ -58,8 +63,7 @@ def dead_rank(lines: Sequence[str]) -> str | None:
         if not match or int(match.group(3)) >= 0:
             return None
         host, rank, name = match.group(1), match.group(2), signal_label(-int(match.group(3)))
-    sentence = f"rank {rank} on host {host} was killed by {name}"
-    return sentence + (f" ({OOM_HINT})" if name == "SIGKILL" else "")
+    return rank_death(rank, host, name)
 
 
 def untag(lines: Iterable[str]) -> dict[str, list[str]]:
