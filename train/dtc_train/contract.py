@@ -44,6 +44,7 @@ def channel_dir(name: str) -> str:
 
 
 def _read_config(name: str) -> dict:
+    """``<base>/input/config/<name>`` as JSON, or ``{}`` when the file is absent."""
     path = os.path.join(base_dir(), "input", "config", name)
     if not os.path.isfile(path):
         return {}
@@ -73,13 +74,7 @@ def refuse_sharded_channel(name: str) -> None:
 def checkpoint_dir() -> str:
     """``LocalPath`` of ``input/config/checkpointconfig.json`` when the job set CheckpointConfig,
     else ``<base>/checkpoints`` (SageMaker's default LocalPath; docs: model-checkpoints)."""
-    config = os.path.join(base_dir(), "input", "config", "checkpointconfig.json")
-    if os.path.isfile(config):
-        with open(config) as handle:
-            local_path = json.load(handle).get("LocalPath")
-        if local_path:
-            return local_path
-    return os.path.join(base_dir(), "checkpoints")
+    return _read_config("checkpointconfig.json").get("LocalPath") or os.path.join(base_dir(), "checkpoints")
 
 
 def current_host() -> str:
