@@ -8,6 +8,7 @@ every data-parallel rank, exit 0 on every host, and write the model once (on the
 
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 
 from conftest import PROGRAMS, REPO
 from test_faults import FAULT_LINE
+from test_stop_resume import checkpoint_position
 from test_trainers_e2e import DIGEST, METRIC, check_observability
 
 IMAGE = os.environ.get("DTC_IMAGE")
@@ -133,6 +135,51 @@ def test_a_stopped_two_host_mpi_job_lets_every_rank_finish_saving(tmp_path):
     for host in HOSTS:
         assert result["hosts"][host]["exit_code"] == 143, (host, log[-4000:])
         assert result["hosts"][host]["failure"].startswith("wait_for_sigterm.py was stopped by SIGTERM")
+
+
+@pytest.mark.parametrize("case", ["mpi-pytorch", "torchrun-ddp", "multi-worker-mirrored", "parameter-server"])
+def test_a_two_host_job_stopped_mid_epoch_exits_143_on_every_host_and_resumes(case, tmp_path):
+    """SageMaker stops every host's container (SIGTERM, SIGKILL 120 s later) at a random moment of
+    epoch 2; the checkpoint directory is shared like checkpoint_s3_uri. Every host must exit 143
+    within a minute saying it was stopped, with a checkpoint of the step reached; the job run
+    again resumes at that step on both hosts and finishes as well as an uninterrupted one."""
+    args, epochs, world_size = CASES[case]
+    checkpoints = tmp_path / "checkpoints"
+    common = ["--image", IMAGE, "--instance-count", "2", "--checkpoint-dir", str(checkpoints), *args,
+              "-p", f"epochs={epochs}"]
+    cluster = subprocess.Popen(
+        [sys.executable, "-m", "dtc_local.cluster", "--job-dir", str(tmp_path / "stopped"), "--timeout-s", "400", *common],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=podman_env(), stdin=subprocess.DEVNULL)
+    lines = []
+    for line in cluster.stdout:          # until the first epoch is done
+        lines.append(line)
+        if f"epoch=1/{epochs} " in line:
+            break
+    delay_s = random.uniform(0, 3)
+    print(f"{case}: stopping both hosts {delay_s:.1f} s into epoch 2")
+    time.sleep(delay_s)
+    stopped_at = time.monotonic()
+    stop = subprocess.run(["podman", "stop", "-t", "90", "algo-1", "algo-2"], capture_output=True, text=True,
+                          env=podman_env(), timeout=150)
+    log = "".join(lines) + cluster.communicate(timeout=150)[0]
+    assert stop.returncode == 0, stop.stderr
+    assert time.monotonic() - stopped_at < 60, log[-4000:]
+    result = json.loads((tmp_path / "stopped" / "result.json").read_text())
+    for host in HOSTS:
+        assert result["hosts"][host]["exit_code"] == 143, (host, log[-4000:])
+        assert "was stopped by SIGTERM" in result["hosts"][host]["failure"].splitlines()[0], (host, log[-4000:])
+    position = checkpoint_position(tmp_path)                     # tmp_path/checkpoints, shared
+    assert position is not None and position >= (1, 0), (position, log[-4000:])
+
+    done, result = run_cluster(tmp_path / "resumed", *common[4:], timeout_s=600)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0 and result["exit_code"] == 0, log[-6000:]
+    assert re.search(rf"resuming from .*: epoch {position[0]}(?: of \d+)? done, {position[1]} ", log), log[-6000:]
+    epochs_seen = METRIC.findall(log)
+    assert int(epochs_seen[0][0]) in (position[0] + 1, position[0] + 2) and int(epochs_seen[-1][0]) == epochs
+    assert float(epochs_seen[-1][2]) >= 0.90, epochs_seen[-1:]
+    digests = {int(rank): digest for rank, size, digest in DIGEST.findall(log) if int(size) == world_size}
+    assert sorted(digests) == list(range(world_size)) and len(set(digests.values())) == 1
 
 
 def test_a_rank_killed_on_a_worker_host_ends_every_host_within_a_minute(tmp_path):

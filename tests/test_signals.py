@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import BIN, PROGRAMS
+from conftest import BIN, PROGRAMS, copy_programs
 
 
 @pytest.mark.parametrize("mpi_processes, save_seconds", [(None, 0), (2, 0), (None, 8), (2, 8)])
@@ -40,3 +40,24 @@ def test_sigterm_reaches_every_training_process(make_job, source_dir, mpi_proces
         assert (data / f"sigterm-{rank}").read_text() == "SIGTERM"
     assert (root / "output" / "failure").read_text().splitlines()[0] == "wait_for_sigterm.py was stopped by SIGTERM"
     assert not (root / "output" / "success").exists()
+
+
+def test_a_stop_before_training_starts_ends_the_job_there_and_says_so(make_job, source_dir):
+    """SIGTERM while `train` waits for another host (here one whose name never resolves): exit 143
+    at once, and the failure file names the phase; the toolkit would die without a word."""
+    copy_programs(source_dir, "wait_for_sigterm.py")
+    root = make_job({"sagemaker_program": "wait_for_sigterm.py", "sagemaker_submit_directory": str(source_dir),
+                     "sagemaker_mpi_enabled": True}, hosts=["algo-1", "algo-2"], current_host="algo-1")
+    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(root), "PATH": f"{BIN}:{os.environ['PATH']}",
+           "DTC_HOST_RESOLVE_TIMEOUT_S": "300"}
+    train = subprocess.Popen([str(BIN / "train")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in train.stderr:    # until it waits for algo-2's name
+        if "waiting for the names of algo-2" in line:
+            break
+    train.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    returncode = train.wait(timeout=30)
+    assert returncode == 128 + signal.SIGTERM and time.monotonic() - signalled < 5, returncode
+    assert (root / "output" / "failure").read_text().splitlines()[0] == (
+        "stopped by SIGTERM while waiting for the other hosts, before training started")
+    assert not (root / "output" / "data" / "started-single").exists()

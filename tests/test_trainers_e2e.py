@@ -117,35 +117,6 @@ def _accuracy_by_epoch(result) -> dict[int, float]:
     return {int(e): float(acc) for e, _, acc, _ in METRIC.findall(result.stdout)}
 
 
-@pytest.mark.parametrize("strategy", ["mpi", "torch_distributed"])
-def test_a_restarted_pytorch_job_resumes_from_its_checkpoint(make_job, digits_channels, tmp_path, strategy):
-    """A job stopped after 4 of 8 epochs and started again on the same tree (its checkpoint
-    directory restored, as managed spot does) trains epochs 5-8 only and ends as well as an
-    uninterrupted 8-epoch run."""
-    def job(epochs, where):
-        hps = {"sagemaker_program": "builtin:pytorch", "sagemaker_mpi_num_of_processes_per_host": 2, "epochs": epochs,
-               ("sagemaker_mpi_enabled" if strategy == "mpi" else "sagemaker_torch_distributed_enabled"): True}
-        root = job_tree_at(hps, where)
-        for channel in ("training", "validation"):
-            shutil.copytree(digits_channels / channel, root / "input" / "data" / channel, dirs_exist_ok=True)
-        return root
-
-    full = run_train(job(8, tmp_path / "full"))
-    assert full.returncode == 0, full.output[-3000:]
-    root = job(4, tmp_path / "stopped")
-    first = run_train(root)
-    assert first.returncode == 0 and sorted(_accuracy_by_epoch(first)) == [1, 2, 3, 4], first.output[-3000:]
-    job(8, tmp_path / "stopped")                       # same tree, checkpoints kept, epochs raised
-    resumed = run_train(root)
-    assert resumed.returncode == 0, resumed.output[-3000:]
-    assert "resuming from" in resumed.output and "epoch 4 of 8 done" in resumed.output
-    assert sorted(_accuracy_by_epoch(resumed)) == [5, 6, 7, 8]
-    final, reference = _accuracy_by_epoch(resumed)[8], _accuracy_by_epoch(full)[8]
-    assert final >= 0.90 and abs(final - reference) <= 0.02, (final, reference)
-    checkpoint = torch_load(root / "checkpoints" / "checkpoint.pt")
-    assert checkpoint["epoch"] == 8
-
-
 def test_an_unreadable_checkpoint_is_named_and_replaced(make_job, digits_channels, tmp_path):
     root = job_tree_at({"sagemaker_program": "builtin:pytorch", "sagemaker_mpi_enabled": True,
                                   "sagemaker_mpi_num_of_processes_per_host": 2, "epochs": 2}, tmp_path / "job")
@@ -172,28 +143,6 @@ def torch_load(path):
     import torch
 
     return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def test_a_restarted_tensorflow_horovod_job_resumes_from_its_checkpoint(digits_channels, tmp_path):
-    def job(epochs):
-        root = job_tree_at({"sagemaker_program": "builtin:tensorflow", "sagemaker_mpi_enabled": True,
-                            "sagemaker_mpi_num_of_processes_per_host": 2, "epochs": epochs}, tmp_path / "job")
-        for channel in ("training", "validation"):
-            shutil.copytree(digits_channels / channel, root / "input" / "data" / channel, dirs_exist_ok=True)
-        return root
-
-    root = job(3)
-    first = run_train(root)
-    assert first.returncode == 0 and sorted(_accuracy_by_epoch(first)) == [1, 2, 3], first.output[-3000:]
-    job(8)
-    resumed = run_train(root)
-    assert resumed.returncode == 0, resumed.output[-3000:]
-    assert "resuming from" in resumed.output and "epoch 3 done" in resumed.output
-    assert sorted(_accuracy_by_epoch(resumed)) == [4, 5, 6, 7, 8]
-    assert _accuracy_by_epoch(resumed)[8] >= 0.90
-    assert _accuracy_by_epoch(resumed)[4] >= _accuracy_by_epoch(first)[3] - 0.05   # went on, did not start over
-    digests = {d for _, _, d in DIGEST.findall(resumed.stdout)}
-    assert len(digests) == 1                                                      # ranks agree after the restore
 
 
 def test_progress_lines_within_epochs_are_rate_limited(make_job, digits_channels):

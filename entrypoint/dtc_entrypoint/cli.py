@@ -17,7 +17,8 @@ import traceback
 
 from . import config as job_config
 from . import fabric, host_identity, launch, mpi_hosts, peers, program, rank_shim, redact, report, strategy, supervise
-from .errors import EXIT_CONFIG_ERROR, EXIT_INTERNAL_ERROR, EXIT_PEER_ERROR, ConfigError, PeerError, ProgramNotFoundError
+from .errors import (EXIT_CONFIG_ERROR, EXIT_INTERNAL_ERROR, EXIT_PEER_ERROR, ConfigError, PeerError,
+                     ProgramNotFoundError, StoppedBeforeLaunch)
 from .plan import HOST_SPECIFIC_SM_VARS
 
 log = logging.getLogger("dtc")
@@ -57,13 +58,30 @@ def _plan_for(config: job_config.JobConfig, fetch: bool) -> tuple[program.Progra
     return prog, launch.build(config, prog)
 
 
+class _Phase:
+    """What ``train`` is doing before the training processes start. Installed as the handler of
+    SIGTERM/SIGINT: a stop then ends the job in that phase (``StoppedBeforeLaunch``); once
+    ``supervise.run`` (or an MPI worker host's wait) runs, it handles them itself."""
+
+    def __init__(self, current: str):
+        self.current = current
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self)
+
+    def __call__(self, signum, _frame):
+        raise StoppedBeforeLaunch(signum, self.current)
+
+
 def run_job(plan_only: bool) -> int:
     """Runs (or with ``plan_only`` prints) this host's part of the job. Returns the exit code."""
+    phase = _Phase("reading the job's configuration") if not plan_only else None
     config = job_config.load()
     logging.getLogger().setLevel(config.log_level)
     unknown = sorted(k for k in config.framework_parameters if k not in KNOWN_FRAMEWORK_PARAMETERS)
     if unknown:
         log.warning("ignoring hyperparameters this image does not read: %s", ", ".join(unknown))
+    if phase:
+        phase.current = "fetching the program and installing its dependencies"
     prog, plan = _plan_for(config, fetch=not plan_only)
     if plan_only:
         print(json.dumps({"current_host": config.current_host, **redact.redact_plan(plan.to_dict())}, indent=2))
@@ -71,8 +89,10 @@ def run_job(plan_only: bool) -> int:
     report.clear_status(config.output_dir)
     if warning := fabric.efa_warning():
         log.warning("%s", warning)
+    phase.current = "waiting for the other hosts"
     others = [h for h in plan.hosts if h != config.current_host]
     if others:   # fail in seconds, naming the host, when the cluster cannot form
+        log.info("waiting for the names of %s to resolve", ", ".join(others))
         addresses = peers.wait_for_names(others, _env_seconds("DTC_HOST_RESOLVE_TIMEOUT_S", 120))
         log.info("other hosts resolve: %s", ", ".join(f"{h}={a}" for h, a in addresses.items()))
     log.info("host %s: strategy=%s role=%s master=%s (first of the sorted distribution hosts) hosts=%s "
@@ -99,10 +119,14 @@ def run_job(plan_only: bool) -> int:
         mpi_hosts.ensure_sshd()
         workers = [h for h in plan.hosts if h != config.current_host]
         mpi_hosts.wait_for_workers(workers, _env_seconds("DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S", 600))
-    services = [supervise.start_service(s.name, s.argv, s.env, plan.workdir) for s in plan.services]
+    phase.current = "starting the parameter servers"
+    services = []
     try:
+        services += [supervise.start_service(s.name, s.argv, s.env, plan.workdir) for s in plan.services]
         result = supervise.run(plan.argv, plan.env, plan.workdir, services=services)
     finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):   # training has ended: a late stop changes nothing
+            signal.signal(sig, signal.SIG_IGN)
         supervise.stop_services(services)
     if result.returncode == 0 and not result.signal_received:
         report.write_success(config.output_dir)
@@ -131,6 +155,10 @@ def main(argv: list[str] | None = None) -> None:
         report.write_failure(output_dir, f"{error}\n")
         log.error("%s", error)
         code = EXIT_PEER_ERROR
+    except StoppedBeforeLaunch as stopped:
+        report.write_failure(output_dir, f"{stopped}\n")
+        log.warning("%s", stopped)
+        code = 128 + stopped.signum
     except Exception as error:  # report it; never exit 0 after a failure
         text = f"Training entrypoint error: {type(error).__name__}: {error}\n\n{traceback.format_exc()}"
         report.write_failure(output_dir, text)

@@ -36,3 +36,20 @@ class DependencyError(ConfigError):
 class PeerError(TimeoutError):
     """Another host of the job could not be resolved or reached in time (the cluster did not
     form). The message names the host and the variable that sets the wait."""
+
+
+class StoppedBeforeLaunch(Exception):
+    """SIGTERM/SIGINT reached ``train`` before the training processes started (reading the
+    config, fetching the code, installing its requirements, waiting for the other hosts):
+    the job is stopped there, with exit code ``128 + signum``.
+
+    Attributes:
+        signum: the signal.
+        phase: what ``train`` was doing (for the failure file).
+    """
+
+    def __init__(self, signum: int, phase: str):
+        import signal  # noqa: PLC0415
+
+        super().__init__(f"stopped by {signal.Signals(signum).name} while {phase}, before training started")
+        self.signum, self.phase = signum, phase

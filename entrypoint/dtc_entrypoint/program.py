@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from . import strategy as strategies
 from . import supervise
 from .config import JobConfig
-from .errors import ConfigError, DependencyError, ProgramNotFoundError
+from .errors import ConfigError, DependencyError, ProgramNotFoundError, StoppedBeforeLaunch
 
 BUILTIN_PREFIX = "builtin:"
 # framework -> strategy -> trainer module. Hosts outside a heterogeneous job's distribution
@@ -207,6 +207,8 @@ def install_dependencies(config: JobConfig) -> None:
         argv += ["-i", modules._get_codeartifact_index()]
     log.info("installing the program's dependencies (%s)", " ".join(targets))
     result = supervise.run(argv, {}, config.code_dir)
+    if result.signal_received:   # stopped while pip ran: a stop, not a pip failure
+        raise StoppedBeforeLaunch(result.signal_received, "installing the program's dependencies")
     if result.returncode != 0:
         errors = [line.strip() for line in result.stderr_tail if line.strip().startswith("ERROR:")]
         what = "requirements.txt" if kind is _entry_point_type.PYTHON_PROGRAM else "the package (setup.py)"

@@ -1,7 +1,8 @@
 """Runs a launch plan's command and watches it: output streaming, signal forwarding, exit code.
 
-The plan's services (parameter servers) start first and are stopped once the command has ended.
-Each child gets its own process group. SIGTERM and SIGINT sent to the entrypoint (SageMaker's
+The plan's services (parameter servers) start first and are stopped once the command has ended,
+not before: a stopped chief still reads their variables to write its checkpoint. Each child gets
+its own process group. SIGTERM and SIGINT sent to the entrypoint (SageMaker's
 stop and spot interruption send SIGTERM, then SIGKILL 120 s later) are forwarded to that whole
 group, so every local process sees them; under MPI they go to each local rank's ``rank_shim``
 instead of mpirun, which would kill the ranks a second later. The toolkit forwards nothing
@@ -92,7 +93,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
     """Runs ``argv`` (no shell) with ``os.environ`` plus ``env`` in ``workdir`` and waits.
 
     stdout is inherited (no copy, no buffering); stderr passes through a pipe so its tail can
-    name the error. Signals received are forwarded to ``services`` too, which are stopped
+    name the error. Signals received go to the command only; ``services`` are stopped
     (``stop_services``) when the command has exited. Returns then.
 
     Raises:
@@ -100,32 +101,42 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
     """
     full_env = {**os.environ, **env}
     log.info("running: %s", redact_command(argv))
-    child = subprocess.Popen(
-        list(argv), env=full_env, cwd=workdir, stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, start_new_session=True,
-    )
-    tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
-    pump = threading.Thread(target=_pump, args=(child.stderr, sys.stderr.buffer, tail), daemon=True)
-    pump.start()
-
     received: list[int] = []
     killer: list[threading.Timer] = []
+    children: list[subprocess.Popen] = []
 
     def forward(signum, _frame):
         if not received:
             received.append(signum)
             log.warning("received %s: forwarding it to the training processes", signal.Signals(signum).name)
-            timer = threading.Timer(kill_after_s, _kill_group, args=(child.pid,))
+        if not children:   # not started yet: it gets the signal as soon as it is
+            return
+        if not killer:
+            timer = threading.Timer(kill_after_s, _kill_group, args=(children[0].pid,))
             timer.daemon = True
             timer.start()
             killer.append(timer)
         # MPI: each rank's shim gets the signal, not mpirun, which would kill the ranks at once
-        if not rank_shim.signal_shims(signum, parent_pid=child.pid):
-            _signal_group(child.pid, signum)
-        for service in services:
-            _signal_group(service.pid, signum)
+        if not rank_shim.signal_shims(signum, parent_pid=children[0].pid):
+            _signal_group(children[0].pid, signum)
 
+    # handlers first, so that no stop falls between the start and the handlers
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
+    try:
+        child = subprocess.Popen(
+            list(argv), env=full_env, cwd=workdir, stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, start_new_session=True,
+        )
+    except BaseException:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        raise
+    children.append(child)
+    tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
+    pump = threading.Thread(target=_pump, args=(child.stderr, sys.stderr.buffer, tail), daemon=True)
+    pump.start()
+    if received:
+        forward(received[0], None)
     try:
         returncode = child.wait()
     finally:

@@ -5,7 +5,10 @@ Started by ``launch_tf.parameter_server_plan``, never by the dispatcher process 
 does not import TensorFlow). Without ``--until-closed`` it serves until stopped (a service the
 supervisor ends); with ``--until-closed HOST:PORT`` it first waits for that address to open
 (``DTC_TF_SERVER_START_TIMEOUT_S``, default 600 s) and exits 0 once it has closed: the chief's
-host closes its parameter server when training ends.
+host closes its parameter server when training ends. Stopped (SIGTERM, SIGINT) while waiting for
+the chief it exits ``128 + signal`` at once; once the chief is up it keeps serving until the
+chief's host closes, since a stopped chief still runs steps and reads variables here to write
+its checkpoint (``train`` kills it after the stop's grace period if the chief never closes).
 
 Usage: ``python -m dtc_entrypoint.tf_server [--until-closed HOST:PORT]``.
 """
@@ -14,6 +17,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 
 from . import peers
@@ -38,12 +42,27 @@ def main(argv: list[str] | None = None) -> int:
                                   protocol=resolver.rpc_layer or "grpc", config=config, start=True)
     log.info("serving %s:%d at %s", task["type"], task["index"], server.target)
     if not args.until_closed:
+        # a service ends when `train` stops it (SIGTERM): TensorFlow's runtime may have taken the
+        # signal over for its preemption notifier, so give it back its default action
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         server.join()
         return 0
     host, _, port = args.until_closed.rpartition(":")
     timeout_s = float(os.environ.get("DTC_TF_SERVER_START_TIMEOUT_S") or 600)
+    chief_up = False
+
+    def on_stop(signum, _frame):
+        if not chief_up:
+            log.info("stopped by %s before the chief's host came up", signal.Signals(signum).name)
+            os._exit(128 + signum)
+        log.warning("%s: serving until the chief's host %s closes (the chief writes the checkpoint)",
+                    signal.Signals(signum).name, args.until_closed)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_stop)
     peers.wait_for_ports([host], int(port), timeout_s, "the chief's parameter server",
                          "raise DTC_TF_SERVER_START_TIMEOUT_S")
+    chief_up = True
     log.info("the chief's host %s is up; serving until it closes", args.until_closed)
     peers.wait_until_closed(host, int(port))
     log.info("%s closed: training has ended", args.until_closed)

@@ -26,7 +26,8 @@ What it does, in order:
 Usage: ``python -m dtc_local.cluster --image dtc:cpu --instance-count 2 --distribution mpi
 --processes-per-host 2 --program builtin:pytorch -p epochs=10`` or ``--job-file job.json``
 (same keys, underscores: image, instance_count, processes_per_host, distribution, program,
-source_dir, hyperparameters, channels, gpus, environment, subnet, peer_grace_s). ``make cluster`` wraps it.
+source_dir, hyperparameters, channels, gpus, environment, subnet, peer_grace_s, checkpoint_dir).
+``make cluster`` wraps it.
 """
 
 import argparse
@@ -77,6 +78,10 @@ class ClusterJob:
         subnet: the private network's IPv4 subnet; host ``algo-i`` gets its ``10 + i``-th address.
         peer_grace_s: seconds the other hosts get to exit on their own once one host has failed,
             before they are stopped.
+        checkpoint_dir: a host directory mounted at ``/opt/ml/checkpoints`` of every host, kept
+            between runs: what ``checkpoint_s3_uri`` gives a real job (every host's checkpoint
+            directory synced to one S3 prefix and restored on a restart), to rehearse a stopped
+            or spot-interrupted job resuming. ``None``: each host's tree has its own, new each run.
     """
 
     image: str
@@ -92,6 +97,7 @@ class ClusterJob:
     environment: Mapping[str, str] = field(default_factory=dict)
     subnet: str = DEFAULT_SUBNET
     peer_grace_s: float = 30.0
+    checkpoint_dir: str | None = None
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -155,6 +161,8 @@ def volumes(job: ClusterJob, tree: str) -> list[str]:
     mounts += [f"{os.path.abspath(path)}:{CONTAINER_ML}/input/data/{name}:ro" for name, path in job.channels.items()]
     if job.source_dir:
         mounts.append(f"{os.path.abspath(job.source_dir)}:{CONTAINER_ML}/code")
+    if job.checkpoint_dir:
+        mounts.append(f"{os.path.abspath(job.checkpoint_dir)}:{CONTAINER_ML}/checkpoints")
     return mounts
 
 
@@ -312,6 +320,8 @@ def run(job: ClusterJob, job_dir: str, timeout_s: float = 3600, engine: str = "a
     job_dir = os.path.abspath(job_dir)
     os.makedirs(job_dir, exist_ok=True)
     trees = write_trees(job, job_dir)
+    if job.checkpoint_dir:
+        os.makedirs(job.checkpoint_dir, exist_ok=True)
     compose_path = os.path.join(job_dir, "docker-compose.yaml")
     with open(compose_path, "w") as handle:
         json.dump(compose_file(job, trees), handle, indent=2)   # JSON is YAML
@@ -335,7 +345,7 @@ def _job_from(args: argparse.Namespace) -> ClusterJob:
         with open(args.job_file) as handle:
             spec = json.load(handle)
     for key in ("image", "instance_count", "processes_per_host", "distribution", "program", "source_dir", "gpus",
-                "subnet"):
+                "subnet", "checkpoint_dir"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
     hyperparameters = dict(spec.get("hyperparameters", {}))
@@ -366,6 +376,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--source-dir", help="directory mounted at /opt/ml/code")
     parser.add_argument("--gpus", choices=("none", "all"))
     parser.add_argument("--subnet", help=f"the private network's IPv4 subnet (default {DEFAULT_SUBNET})")
+    parser.add_argument("--checkpoint-dir", help="directory mounted at /opt/ml/checkpoints on every host and kept "
+                                                 "between runs (what checkpoint_s3_uri does): a rerun resumes from it")
     parser.add_argument("-p", "--hyperparameter", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--channel", action="append", default=[], metavar="NAME=DIR",
                         help="a channel (default: the digits data set as training and validation)")

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable
 
-from . import channel, contract
+from . import channel, contract, stop
 
 log = logging.getLogger("dtc.train")
 
@@ -38,6 +38,10 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
     parser.add_argument("--validation-channel", default="validation")
     parser.add_argument("--model-dir", default=contract.model_dir())
     parser.add_argument("--checkpoint-dir", default=contract.checkpoint_dir())
+    parser.add_argument("--checkpoint-every", default="1",
+                        help="scheduled checkpoints: every N epochs ('1', '2epochs') or optimizer steps "
+                             "('500steps'), or 0 for none; one is also written when the job is stopped "
+                             "(SIGTERM) and at the end (dtc_train.stop.Schedule)")
     parser.add_argument("--model_dir", dest="estimator_model_dir", metavar="URI",
                         help="accepted because SageMaker's TensorFlow estimator always passes it (an s3:// "
                              "URI by default); the model is saved to --model-dir, which SageMaker uploads")
@@ -60,6 +64,10 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.learning_rate <= 0:
         parser.error("--learning-rate must be positive")
+    try:   # parsed once: the trainers read args.checkpoint_every as a stop.Schedule
+        args.checkpoint_every = stop.Schedule.parse(args.checkpoint_every)
+    except ValueError as error:
+        parser.error(str(error))
     if args.progress_seconds < 0:
         parser.error("--progress-seconds must be 0 (no progress lines) or more")
     return args
@@ -76,13 +84,27 @@ def configure_logging(rank: int) -> None:
 
 
 def atomic_write(path: str, write: Callable[[str], None]) -> None:
-    """Calls ``write(tmp_path)``, fsyncs the result and renames it to ``path`` (same directory, so
-    the rename is atomic: readers, and SageMaker's checkpoint sync, see the old file or the
-    complete new one, never a partial one; a crash leaves one of the two on disk)."""
-    directory = os.path.dirname(path)
+    """Calls ``write(tmp_path)``, fsyncs the result and renames it to ``path``: readers, and
+    SageMaker's sync of the checkpoint directory to S3, see the old file or the complete new
+    one, never a partial one, and a crash leaves one of the two on disk.
+
+    The temporary file is staged outside ``path``'s directory, in ``.<directory name>.staging``
+    beside it (removed again when empty), so a directory that SageMaker uploads as it changes
+    (``/opt/ml/checkpoints``) never holds a half-written file; where that sibling cannot be
+    used (not writable, or another file system, where a rename is not atomic) the temporary file
+    goes in the directory itself, named ``.tmp-*``.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     suffix = os.path.splitext(path)[1]  # some writers pick the format from the extension
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=suffix)
+    staging = os.path.join(os.path.dirname(directory), f".{os.path.basename(directory)}.staging")
+    try:
+        os.makedirs(staging, exist_ok=True)
+        if os.stat(staging).st_dev != os.stat(directory).st_dev:
+            raise OSError("another file system")
+    except OSError:
+        staging = directory
+    fd, tmp = tempfile.mkstemp(dir=staging, prefix=".tmp-", suffix=suffix)
     os.close(fd)
     try:
         write(tmp)
@@ -94,6 +116,11 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if staging != directory:
+            try:
+                os.rmdir(staging)
+            except OSError:   # another writer's file is in it, or it is gone already
+                pass
 
 
 def _fsync_directory(directory: str) -> None:

@@ -58,7 +58,7 @@ def steps_per_epoch(total: int, batch_size: int, world_size: int) -> int:
 
 def image_pipeline(listing: Channel, batch_size: int, shard_id: int, num_shards: int, *,
                    training: bool, device_id: int | None, layout: str, seed: int = 0,
-                   num_threads: int = 2):
+                   num_threads: int = 2, position: str | None = None):
     """Builds the DALI pipeline for one channel.
 
     Args:
@@ -69,6 +69,10 @@ def image_pipeline(listing: Channel, batch_size: int, shard_id: int, num_shards:
             the last batch with its last sample, and start over at the shard's beginning.
         device_id: the GPU for decoding and outputs, or ``None`` for CPU only.
         layout: ``"CHW"`` (PyTorch) or ``"HWC"`` (TensorFlow).
+        position: a checkpoint of this pipeline (DALI checkpointing, enabled on every pipeline
+            built here): the reader and RNG go on from it, so a restarted job reads the same
+            samples in the same order as if it had not stopped. DALI requires the same
+            operators and arguments as the pipeline that wrote it.
 
     Returns:
         a built ``nvidia.dali.Pipeline`` with outputs (images float32 [B, 1, 8, 8] or
@@ -77,7 +81,7 @@ def image_pipeline(listing: Channel, batch_size: int, shard_id: int, num_shards:
     from nvidia.dali import fn, pipeline_def, types
 
     @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed,
-                  prefetch_queue_depth=2)
+                  prefetch_queue_depth=2, enable_checkpointing=True)
     def pipeline():
         encoded, labels = fn.readers.file(
             file_root=listing.root, files=list(listing.files), labels=list(listing.labels), shard_id=shard_id, num_shards=num_shards,
@@ -91,7 +95,7 @@ def image_pipeline(listing: Channel, batch_size: int, shard_id: int, num_shards:
             labels = labels.gpu()
         return images, labels
 
-    pipe = pipeline()
+    pipe = pipeline(checkpoint=position) if position else pipeline()
     pipe.build()
     return pipe
 
@@ -124,11 +128,18 @@ class RankData:
                 f"{self.val_total} validation images ({self.val_shard.size} on this rank)")
 
     def pipelines(self, batch_size: int, rank: int, size: int, *, device_id: int | None, layout: str,
-                  seed: int, num_threads: int):
-        """(training, validation) pipelines for this rank; see ``image_pipeline``."""
-        common = dict(shard_id=rank, num_shards=size, device_id=device_id, layout=layout, num_threads=num_threads)
-        return (image_pipeline(self.train, batch_size, training=True, seed=seed + rank, **common),
-                image_pipeline(self.val, batch_size, training=False, **common))
+                  seed: int, num_threads: int, train_position: str | None = None):
+        """(training, validation) pipelines for this rank, the training one resumed at
+        ``train_position`` when given; see ``image_pipeline``."""
+        common = dict(device_id=device_id, layout=layout, num_threads=num_threads)
+        return (self.train_pipeline(batch_size, rank, size, seed=seed, position=train_position, **common),
+                image_pipeline(self.val, batch_size, rank, size, training=False, **common))
+
+    def train_pipeline(self, batch_size: int, rank: int, size: int, *, device_id: int | None, layout: str,
+                       seed: int, num_threads: int, position: str | None = None):
+        """This rank's training pipeline (shuffled with ``seed + rank``); see ``image_pipeline``."""
+        return image_pipeline(self.train, batch_size, rank, size, training=True, seed=seed + rank, device_id=device_id,
+                              layout=layout, num_threads=num_threads, position=position)
 
 
 def rank_data(train_root: str, val_root: str, batch_size: int, rank: int, size: int,

@@ -3,8 +3,9 @@ way a crash, ``kill -9`` or the kernel's OOM killer would, to see how the whole 
 
 Set ``DTC_FAULT`` in the job's environment (an estimator's ``environment``, ``make cluster``'s
 job file, or ``docker run -e``), e.g. ``DTC_FAULT="rank=3 step=20 signal=KILL"``: the built-in
-trainers' rank 3 sends itself SIGKILL after its 20th optimizer step (counted over epochs, from
-1; the parameter-server chief schedules its steps on the workers and counts none). Keys:
+trainers' rank 3 sends itself SIGKILL after the job's 20th optimizer step (counted over epochs
+from 1, and over restarts: a job resumed past step 20 is not struck again; the parameter-server
+chief schedules its steps on the workers and counts none). Keys:
 ``rank`` (global rank, required), ``step`` (required), ``signal`` (a name without ``SIG``:
 ``KILL`` by default, ``SEGV``, ``TERM``, ...) or ``exit`` (an exit code instead of a signal). Ranks other than ``rank`` are unaffected. To take a whole host down, stop its container
 from outside (``podman kill``/``docker kill``; tests/test_cluster.py does).

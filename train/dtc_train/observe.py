@@ -78,25 +78,26 @@ class Observer:
 
             os.makedirs(args.tensorboard_dir, exist_ok=True)
             self.writer = Writer(args.tensorboard_dir)
-        self._epoch = 0
-        self._step = 0
+        self._epoch = self._step = self._first_step = 0
         self._epoch_start = self._steps_end = self._last_line = time.time()
         self._last_line_step = 0
 
-    def begin_epoch(self, epoch: int) -> None:
-        """Epoch ``epoch`` (1-based) starts its training steps."""
+    def begin_epoch(self, epoch: int, first_step: int = 0) -> None:
+        """Epoch ``epoch`` (1-based) starts its training steps, after ``first_step`` of them done
+        before a restart (a checkpoint taken mid-epoch)."""
         now = time.time()
         if self.first_epoch_start is None:
             self.first_epoch_start = now
-        self._epoch, self._step = epoch, 0
+        self._epoch, self._step, self._first_step = epoch, first_step, first_step
+        self._global_step = (epoch - 1) * self.steps_per_epoch + first_step
         self._epoch_start = self._last_line = now
-        self._last_line_step = 0
+        self._last_line_step = first_step
 
     def step_done(self) -> None:
         """One optimizer step finished; prints a progress line when one is due."""
         self._step += 1
         self._global_step += 1
-        if self.fault and self._global_step >= self.fault.step:
+        if self.fault and self._global_step == self.fault.step:
             common.log.warning("%s: ending this rank after step %d (%s)", fault.ENV, self._global_step,
                                self.fault.signal.name if self.fault.signal else f"exit {self.fault.exit_code}")
             self.fault.strike()
@@ -130,7 +131,7 @@ class Observer:
                   "val_loss": float(val_loss), "val_accuracy": float(val_accuracy), "val_samples": int(val_samples),
                   "epoch_seconds": now - self._epoch_start, "train_seconds": train_s,
                   "validation_seconds": now - self._steps_end,
-                  "samples_per_second": self.steps_per_epoch * self.global_batch / max(train_s, 1e-9)}
+                  "samples_per_second": (self.steps_per_epoch - self._first_step) * self.global_batch / max(train_s, 1e-9)}
         self.history.append(record)
         common.emit(common.METRIC_LINE.format(epochs=self.args.epochs, **{
             k: record[k] for k in ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy",

@@ -5,8 +5,10 @@ Run by torchrun (``train`` with ``sagemaker_torch_distributed_enabled``), which 
 runs as one rank. The process group uses NCCL on GPUs and Gloo on CPUs. Each rank reads its
 shard of the training channel; DDP broadcasts rank 0's initial weights and averages gradients
 in its backward hooks; validation accuracy is summed exactly over the validation shards. Rank 0
-logs one metric line per epoch, writes an atomic checkpoint each epoch, and saves ``model.pth``
-(the state dict of the wrapped module) with ``model.json``.
+logs one metric line per epoch, writes atomic checkpoints on the ``checkpoint-every`` schedule
+and when the job is stopped (a restart resumes at that step: ``torch_common``), and saves
+``model.pth`` (the state dict of the wrapped module) with ``model.json``. Stopped (SIGTERM),
+every rank exits 143 after the checkpoint.
 
 Hyperparameters: see ``dtc_train.common.parse_args``.
 """
@@ -19,25 +21,29 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from . import common, contract, dali_data, observe, torch_common, torch_model
+from . import common, contract, dali_data, observe, stop, torch_common, torch_model
 
 
-def _allreduce_sum_on(device: torch.device) -> torch_common.AllReduceSum:
-    """A sum over all ranks that runs on the process group's device (NCCL needs CUDA tensors)."""
+def _collectives(device: torch.device) -> torch_common.Collectives:
+    """``torch.distributed``'s collectives; sums run on the process group's device (NCCL needs
+    CUDA tensors)."""
 
-    def allreduce_sum(tensor: torch.Tensor, name: str) -> torch.Tensor:
+    def allreduce_sum(tensor: torch.Tensor, _name: str) -> torch.Tensor:
         work = tensor.to(device)
         dist.all_reduce(work, op=dist.ReduceOp.SUM)
         return work.cpu()
 
-    return allreduce_sum
+    def broadcast_object(obj):
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=0)
+        return holder[0]
 
+    def allgather_object(obj) -> list:
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, obj)
+        return gathered
 
-def _broadcast_object(obj):
-    """Rank 0's ``obj`` on every rank."""
-    holder = [obj]
-    dist.broadcast_object_list(holder, src=0)
-    return holder[0]
+    return torch_common.Collectives(allreduce_sum, broadcast_object, allgather_object)
 
 
 def _init_process_group(device: torch.device) -> None:
@@ -52,6 +58,7 @@ def _init_process_group(device: torch.device) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    stop_request = stop.StopRequest()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch_common.device_for(args.data_device, local_rank)
     _init_process_group(device)
@@ -61,25 +68,32 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     dali_device_id = local_rank if device.type == "cuda" else None
     torch_common.set_threads_per_rank(local_size)
+    collectives = _collectives(device)
 
     data = dali_data.rank_data(contract.channel_dir(args.train_channel), contract.channel_dir(args.validation_channel),
                                args.batch_size, rank, size, args.corrupt_images)
     common.log.info("PyTorch %s DDP (%s): rank %d/%d on %s (host %s); %s; DALI decodes on %s", torch.__version__,
                     dist.get_backend(), rank, size, device, contract.current_host(), data.describe(),
                     "gpu" if dali_device_id is not None else "cpu")
-    train_pipe, val_pipe = data.pipelines(args.batch_size, rank, size, device_id=dali_device_id, layout="CHW",
-                                          seed=args.seed, num_threads=args.dali_threads)
 
     module = torch_model.DigitsNet().to(device)
     model = DistributedDataParallel(module, device_ids=[local_rank] if device.type == "cuda" else None)
     # DDP averages gradients; the linear scaling rule multiplies the rate by the world size.
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
+    resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives)
+    train_pipe, val_pipe = data.pipelines(args.batch_size, rank, size, device_id=dali_device_id, layout="CHW",
+                                          seed=args.seed, num_threads=args.dali_threads,
+                                          train_position=resume.data_position)
 
-    start_epoch = torch_common.restore(args, model, optimizer, rank, _broadcast_object)
     observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, "ddp")
-    val_accuracy = torch_common.fit(args, model, optimizer, data, torch_common.batches(train_pipe, device),
-                                    torch_common.batches(val_pipe, device), rank, _allreduce_sum_on(device),
-                                    observer, start_epoch)
+    try:
+        val_accuracy = torch_common.fit(args, model, optimizer, data, torch_common.Batches(train_pipe, device),
+                                        torch_common.Batches(val_pipe, device), rank, collectives, observer,
+                                        stop_request, resume)
+    except stop.Stopped as stopped:
+        observer.close()
+        dist.destroy_process_group()
+        return stopped.exit_code
     torch_common.finish(args, module, rank, size, val_accuracy)
     observer.close()
     dist.barrier()   # every rank leaves after rank 0 has saved

@@ -4,8 +4,10 @@ Run under any launcher that starts Horovod ranks (``mpirun``; ``train`` with
 ``sagemaker_mpi_enabled``), or alone as one rank. Each rank reads its shard of the training
 channel, the initial weights and optimizer state are broadcast from rank 0, gradients are
 averaged by ``hvd.DistributedOptimizer``, and validation accuracy is summed exactly over the
-validation shards. Rank 0 logs one metric line per epoch, writes an atomic checkpoint each
-epoch (a restarted job resumes from it: ``torch_common.restore``), and saves ``model.pth`` (the state dict) with ``model.json`` to the model directory.
+validation shards. Rank 0 logs one metric line per epoch, writes atomic checkpoints on the
+``checkpoint-every`` schedule and when the job is stopped (a restarted job resumes from the step
+it had reached: ``torch_common``), and saves ``model.pth`` (the state dict) with ``model.json``
+to the model directory. Stopped (SIGTERM), every rank exits 143 after the checkpoint.
 
 Hyperparameters: see ``dtc_train.common.parse_args``.
 """
@@ -16,21 +18,21 @@ import horovod
 import horovod.torch as hvd
 import torch
 
-from . import common, contract, dali_data, observe, torch_common, torch_model
+from . import common, contract, dali_data, observe, stop, torch_common, torch_model
 
 
-def _allreduce_sum(tensor: torch.Tensor, name: str) -> torch.Tensor:
-    return hvd.allreduce(tensor, op=hvd.Sum, name=name)
-
-
-def _broadcast_checkpoint(state):
-    # one name on every rank: by default Horovod names it after the object's type, which differs
-    # between rank 0 (a dict) and the others (None), and the ranks would wait for each other forever
-    return hvd.broadcast_object(state, root_rank=0, name="checkpoint")
+def _collectives() -> torch_common.Collectives:
+    # Horovod names broadcast objects after their type by default, which differs between rank 0
+    # (a dict) and the others (None): the ranks would wait for each other forever; one name each
+    return torch_common.Collectives(
+        allreduce_sum=lambda tensor, name: hvd.allreduce(tensor, op=hvd.Sum, name=name),
+        broadcast_object=lambda obj: hvd.broadcast_object(obj, root_rank=0, name="checkpoint"),
+        allgather_object=lambda obj: hvd.allgather_object(obj, name="data_positions"))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    stop_request = stop.StopRequest()
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     common.configure_logging(rank)
@@ -38,26 +40,34 @@ def main(argv: list[str] | None = None) -> int:
     device = torch_common.device_for(args.data_device, hvd.local_rank())
     dali_device_id = hvd.local_rank() if device.type == "cuda" else None
     torch_common.set_threads_per_rank(hvd.local_size())
+    collectives = _collectives()
 
     data = dali_data.rank_data(contract.channel_dir(args.train_channel), contract.channel_dir(args.validation_channel),
                                args.batch_size, rank, size, args.corrupt_images)
     common.log.info("PyTorch %s, Horovod %s: rank %d/%d on %s (host %s); %s; DALI decodes on %s", torch.__version__,
                     horovod.__version__, rank, size, device, contract.current_host(), data.describe(),
                     "gpu" if dali_device_id is not None else "cpu")
-    train_pipe, val_pipe = data.pipelines(args.batch_size, rank, size, device_id=dali_device_id, layout="CHW",
-                                          seed=args.seed, num_threads=args.dali_threads)
 
     model = torch_model.DigitsNet().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
-    start_epoch = torch_common.restore(args, model, optimizer, rank, _broadcast_checkpoint)
+    # wrapped before the checkpoint is loaded: the wrapper is a new optimizer object whose state
+    # starts empty, so state loaded into the plain one (momentum buffers) would be dropped
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    train_pipe, val_pipe = data.pipelines(args.batch_size, rank, size, device_id=dali_device_id, layout="CHW",
+                                          seed=args.seed, num_threads=args.dali_threads,
+                                          train_position=resume.data_position)
 
     observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, "horovod")
-    val_accuracy = torch_common.fit(args, model, optimizer, data, torch_common.batches(train_pipe, device),
-                                    torch_common.batches(val_pipe, device), rank, _allreduce_sum, observer,
-                                    start_epoch)
+    try:
+        val_accuracy = torch_common.fit(args, model, optimizer, data, torch_common.Batches(train_pipe, device),
+                                        torch_common.Batches(val_pipe, device), rank, collectives, observer,
+                                        stop_request, resume)
+    except stop.Stopped as stopped:
+        observer.close()
+        return stopped.exit_code
     torch_common.finish(args, model, rank, size, val_accuracy)
     observer.close()
     hvd.join()   # every rank leaves after rank 0 has saved

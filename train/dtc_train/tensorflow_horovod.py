@@ -9,25 +9,28 @@ make every user re-write ``fit``; legacy Keras keeps their code working.
 
 Each rank reads its shard of the training channel through ``DALIDataset``; rank 0's initial
 weights are broadcast; validation accuracy is summed exactly over the validation shards. Rank 0
-logs one metric line per epoch, writes an atomic checkpoint each epoch (weights, optimizer state
-and epoch in one file; a restarted job resumes from it), and saves the model as a
-SavedModel under ``<model_dir>/1`` (the TensorFlow Serving layout SageMaker's TF serving reads).
+logs one metric line per epoch, writes the checkpoint (``tf_checkpoint``: weights, optimizer
+state and position in one file, on the ``checkpoint-every`` schedule and when the job is
+stopped; a restarted job resumes at its step reading what an uninterrupted run would: a DALI
+pipeline per epoch seeded by the epoch, the steps done skipped), and saves the
+model as a SavedModel under ``<model_dir>/1`` (the TensorFlow Serving layout SageMaker's TF
+serving reads).
 
 Hyperparameters: see ``dtc_train.common.parse_args``.
 """
 
-import os
 import sys
 
 from . import tf_env  # noqa: F401  (before TensorFlow: selects Keras 2)
 
 import horovod  # noqa: E402
+import horovod.tensorflow as hvd_tf  # noqa: E402
 import horovod.tensorflow.keras as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from . import common, contract, dali_data, observe, tf_model  # noqa: E402
+from . import common, contract, dali_data, observe, stop, tf_checkpoint, tf_model  # noqa: E402
 from .tf_model import IMAGE_SHAPE, build_model  # noqa: E402
 
 
@@ -54,15 +57,16 @@ def _dataset(pipe, batch_size: int, device_id: int | None):
 
 
 class EpochReport(keras.callbacks.Callback):
-    """Exact validation over all shards, the metric line and the checkpoint, after each epoch."""
+    """Exact validation over all shards and the metric line, after each epoch."""
 
-    def __init__(self, args, val_batches, shard: dali_data.Shard, observer: observe.Observer):
+    def __init__(self, val_batches, shard: dali_data.Shard, observer: observe.Observer,
+                 stopper: tf_checkpoint.StopAndCheckpoint):
         super().__init__()
-        self.args, self.val_batches, self.shard, self.observer = args, val_batches, shard, observer
+        self.val_batches, self.shard, self.observer, self.stopper = val_batches, shard, observer, stopper
         self.last = {}
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.observer.begin_epoch(epoch + 1)
+        self.observer.begin_epoch(epoch + 1, self.stopper.first_step)
 
     def on_train_batch_end(self, batch, logs=None):
         self.observer.step_done()
@@ -84,56 +88,14 @@ class EpochReport(keras.callbacks.Callback):
         self.last = {"val_accuracy": val_accuracy}
         self.observer.end_epoch(epoch + 1, train_loss=logs["loss"], train_accuracy=logs["accuracy"], val_loss=val_loss,
                                 val_accuracy=val_accuracy, val_samples=val_count)
-        if hvd.rank() != 0:
-            return
-        save_checkpoint(self.args.checkpoint_dir, epoch + 1, self.model)
 
 
-CHECKPOINT_NAME = "checkpoint.npz"
-
-
-def _optimizer_variables(optimizer) -> list:
-    # tf-keras's optimizer exposes them as a property whose value is also callable (Horovod's
-    # broadcast callback calls it); call it when it is, as Horovod does
-    variables = optimizer.variables
-    return list(variables() if callable(variables) else variables)
-
-
-def save_checkpoint(checkpoint_dir: str, epoch: int, model) -> None:
-    """One file, written atomically: the epochs done, the model's weights and the optimizer's
-    variables (iteration count, momentum), in their orders (``model.get_weights()``,
-    ``optimizer.variables``)."""
-    arrays = {"epoch": np.asarray(epoch)}
-    arrays.update({f"model_{i}": w for i, w in enumerate(model.get_weights())})
-    arrays.update({f"optimizer_{i}": v.numpy() for i, v in enumerate(_optimizer_variables(model.optimizer))})
-    common.atomic_write(os.path.join(checkpoint_dir, CHECKPOINT_NAME), lambda tmp: np.savez(tmp, **arrays))
-
-
-def restore_checkpoint(checkpoint_dir: str, model) -> int:
-    """Loads ``save_checkpoint``'s file into ``model`` and its optimizer (rank 0 calls it; the
-    broadcast callback hands the state to the other ranks). Returns the epochs done, 0 when there
-    is no readable checkpoint (an unreadable one is named in the log)."""
-    path = os.path.join(checkpoint_dir, CHECKPOINT_NAME)
-    if not os.path.exists(path):
-        return 0
-    try:
-        with np.load(path) as saved:
-            arrays = dict(saved)
-        epoch = int(arrays["epoch"])
-        weights = [arrays[f"model_{i}"] for i in range(len(model.get_weights()))]
-        model.set_weights(weights)
-        for i, variable in enumerate(_optimizer_variables(model.optimizer)):
-            variable.assign(arrays[f"optimizer_{i}"])
-    except Exception as error:  # truncated, foreign or from another model: start over
-        common.log.warning("ignoring checkpoint %s, which cannot be restored (%s: %s); training starts at epoch 1",
-                           path, type(error).__name__, error)
-        return 0
-    common.log.info("resuming from %s: epoch %d done", path, epoch)
-    return epoch
+EPOCH_SEED_STRIDE = 1_000_003   # DALI seed offset per epoch (seeds stay distinct across ranks and epochs)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    stop_request = stop.StopRequest()
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     common.configure_logging(rank)
@@ -146,9 +108,15 @@ def main(argv: list[str] | None = None) -> int:
                     tf.__version__, keras.__version__, horovod.__version__, rank, size, contract.current_host(),
                     data.describe(),
                     "gpu" if device_id is not None else "cpu")
-    train_pipe, val_pipe = data.pipelines(args.batch_size, rank, size, device_id=device_id, layout="HWC",
-                                          seed=args.seed, num_threads=args.dali_threads)
-    train_ds, val_ds = (_dataset(p, args.batch_size, device_id) for p in (train_pipe, val_pipe))
+    pipeline_settings = dict(device_id=device_id, layout="HWC", num_threads=args.dali_threads)
+    val_pipe = dali_data.image_pipeline(data.val, args.batch_size, rank, size, training=False, **pipeline_settings)
+
+    def epoch_input(epoch: int, first_step: int):
+        # one pipeline per epoch, its order from the seed and the epoch; a resumed epoch skips the
+        # batches it had done (DALI's TensorFlow dataset cannot be restored from a DALI checkpoint)
+        pipe = data.train_pipeline(args.batch_size, rank, size, seed=args.seed + EPOCH_SEED_STRIDE * epoch,
+                                   **pipeline_settings)
+        return _dataset(pipe, args.batch_size, device_id).skip(first_step)
 
     model = build_model()
     optimizer = hvd.DistributedOptimizer(
@@ -156,20 +124,30 @@ def main(argv: list[str] | None = None) -> int:
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
     observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, "horovod")
-    report = EpochReport(args, iter(val_ds), data.val_shard, observer)
-    # every rank creates the optimizer's variables now, with the same names, so that the broadcast
-    # callback pairs rank 0's restored ones with the others' (created lazily they are named apart)
+    stopper = tf_checkpoint.StopAndCheckpoint(
+        args, stop_request, lambda value: float(hvd.allreduce(tf.constant(value, tf.float64), op=hvd.Sum,
+                                                              name="stop_requested")),
+        rank == 0, data.steps_per_epoch)
+    report = EpochReport(iter(_dataset(val_pipe, args.batch_size, device_id)), data.val_shard, observer, stopper)
+    # every rank creates the optimizer's variables now, in the same order, so that the broadcast
+    # below pairs rank 0's restored ones with the others' (created lazily they are named apart)
     model.optimizer.build(model.trainable_variables)
-    done = restore_checkpoint(args.checkpoint_dir, model) if rank == 0 else 0
-    done = int(hvd.allreduce(tf.constant(done, tf.int64), op=hvd.Sum, name="checkpoint_epoch"))   # rank 0's
-    if done >= args.epochs:
+    position = tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, model.optimizer)[:2] if rank == 0 else (0, 0)
+    # rank 0's weights and optimizer state on every rank before the first step (Horovod's
+    # broadcast callback does it only after the first batch, whose averaged gradient would then
+    # mix in gradients taken at the other ranks' fresh weights)
+    hvd_tf.broadcast_variables(model.variables + tf_checkpoint.optimizer_variables(model.optimizer), root_rank=0)
+    epoch, step = (int(v) for v in hvd.allreduce(tf.constant(position, tf.int64), op=hvd.Sum,
+                                                  name="checkpoint_position"))   # rank 0's
+    if epoch >= args.epochs:
         common.log.info("the checkpoint has done all %d epochs: nothing left to train", args.epochs)
-    model.fit(train_ds, steps_per_epoch=data.steps_per_epoch, epochs=args.epochs, initial_epoch=min(done, args.epochs),
-              verbose=0, callbacks=[
-        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-        hvd.callbacks.MetricAverageCallback(),
-        report,
-    ])
+    try:
+        tf_checkpoint.fit_from(model, epoch_input, epoch=epoch, step=step, epochs=args.epochs,
+                               steps_per_epoch=data.steps_per_epoch, stopper=stopper,
+                               callbacks=[hvd.callbacks.MetricAverageCallback(), report, stopper])
+    except stop.Stopped as stopped:
+        observer.close()
+        return stopped.exit_code
 
     digest = common.weights_digest(model.get_weights())
     common.emit(f"rank={rank} world_size={size} final_weights_sha256={digest}")

@@ -7,15 +7,20 @@ The training channel is read into memory and auto-sharded by the strategy (``DAT
 each worker takes its part of every global batch); gradients are
 all-reduced by the strategy's collectives; each epoch every worker scores the whole validation
 channel with its replica of the weights (identical on all workers, so the accuracy is exact
-and the same everywhere). Worker 0 (the chief) logs one metric line per epoch, writes an atomic
-checkpoint each epoch and saves the SavedModel to ``<model_dir>/1``; the others save to a
-scratch directory, as the strategy requires every worker to take part in saving.
+and the same everywhere). Worker 0 (the chief) logs one metric line per epoch, writes the
+checkpoint (``tf_checkpoint``: on the ``checkpoint-every`` schedule and when the job is stopped,
+after the step in which any worker got SIGTERM) and saves the SavedModel to ``<model_dir>/1``;
+the others save to a scratch directory, as the strategy requires every worker to take part in
+saving. A restarted job resumes at the checkpoint's step with the same global batches an
+uninterrupted job would have read (each epoch shuffled by the seed and the epoch, the steps
+done skipped).
 
 Hyperparameters: see ``dtc_train.common.parse_args`` (``--batch-size`` is per worker).
 """
 
 import json
 import math
+from collections.abc import Callable
 import os
 import sys
 import tempfile
@@ -26,19 +31,20 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from . import common, contract, image_folder, observe, tf_model  # noqa: E402
+from . import common, contract, image_folder, observe, stop, tf_checkpoint, tf_model  # noqa: E402
 
 
 class EpochReport(keras.callbacks.Callback):
-    """Validation over the whole channel, the metric line and the chief's checkpoint, per epoch."""
+    """Validation over the whole channel and the metric line, per epoch."""
 
-    def __init__(self, args, validation: tuple[np.ndarray, np.ndarray], is_chief: bool, observer: observe.Observer):
+    def __init__(self, validation: tuple[np.ndarray, np.ndarray], observer: observe.Observer,
+                 stopper: tf_checkpoint.StopAndCheckpoint):
         super().__init__()
-        self.args, self.validation, self.is_chief, self.observer = args, validation, is_chief, observer
+        self.validation, self.observer, self.stopper = validation, observer, stopper
         self.val_accuracy = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.observer.begin_epoch(epoch + 1)
+        self.observer.begin_epoch(epoch + 1, self.stopper.first_step)
 
     def on_train_batch_end(self, batch, logs=None):
         self.observer.step_done()
@@ -50,15 +56,50 @@ class EpochReport(keras.callbacks.Callback):
         self.val_accuracy = correct / len(labels)
         self.observer.end_epoch(epoch + 1, train_loss=logs["loss"], train_accuracy=logs["accuracy"],
                                 val_loss=loss_sum / len(labels), val_accuracy=self.val_accuracy, val_samples=len(labels))
-        if not self.is_chief:
-            return
-        common.atomic_write(os.path.join(self.args.checkpoint_dir, "checkpoint.weights.h5"), self.model.save_weights)
-        common.write_json(os.path.join(self.args.checkpoint_dir, "checkpoint.json"), {"epoch": epoch + 1})
+
+
+def _sum_over_workers(strategy: tf.distribute.Strategy) -> Callable[[float], float]:
+    """An all-reduce of one float over the workers (the strategy's collectives, run eagerly;
+    a worker with several replicas counts it once per replica, which keeps zero zero)."""
+
+    def sum_over_workers(value: float) -> float:
+        per_replica = strategy.run(lambda: tf.constant(value, tf.float32))
+        return float(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
+
+    return sum_over_workers
+
+
+def _from_chief(strategy: tf.distribute.Strategy, value: np.ndarray) -> np.ndarray:
+    """The chief's ``value`` on every worker: an all-reduce to which only the first replica in
+    sync (the chief's) contributes."""
+    value = np.asarray(value, dtype=np.float64)
+
+    def contribution():
+        first = tf.distribute.get_replica_context().replica_id_in_sync_group == 0
+        return tf.where(first, tf.constant(value), tf.zeros_like(value))
+
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(contribution), axis=None).numpy()
+
+
+def _restore_on_every_worker(strategy, args, model, is_chief: bool) -> tuple[int, int]:
+    """Reads the chief's checkpoint (its host's checkpoint directory) and hands its position,
+    weights and optimizer state to every worker, whose own directory may hold none or an older
+    one. Returns (epochs done, steps of the next epoch done)."""
+    position = (tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, model.optimizer)[:2]
+                if is_chief else (0, 0))
+    epoch, step = (int(v) for v in _from_chief(strategy, position))
+    if epoch or step:
+        variables = model.weights + tf_checkpoint.optimizer_variables(model.optimizer)
+        for variable in variables:
+            variable.assign(_from_chief(strategy, variable.numpy()).astype(variable.dtype.as_numpy_dtype))
+    return epoch, step
 
 
 def main(argv: list[str] | None = None) -> int:
     args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    stop_request = stop.StopRequest()
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    stop_request.install()   # back from TensorFlow's own SIGTERM handler (StopRequest.install)
     resolver = strategy.cluster_resolver
     task_type, task_id = resolver.task_type or "worker", resolver.task_id or 0
     workers = len(json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {}).get("worker", [None]))
@@ -79,17 +120,29 @@ def main(argv: list[str] | None = None) -> int:
 
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    dataset = (tf.data.Dataset.from_tensor_slices((train_images, train_labels))
-               .shuffle(len(train_labels), seed=args.seed, reshuffle_each_iteration=True)
-               .repeat().batch(global_batch, drop_remainder=True).with_options(options))
+
+    def epoch_input(epoch: int, first_step: int) -> tf.data.Dataset:
+        # epoch's global batches, shuffled by the seed and the epoch, from first_step on: what an
+        # uninterrupted job reads
+        return (tf.data.Dataset.from_tensor_slices((train_images, train_labels))
+                .shuffle(len(train_labels), seed=args.seed + epoch).repeat()
+                .batch(global_batch, drop_remainder=True).skip(first_step).with_options(options))
 
     with strategy.scope():
         model = tf_model.build_model()
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=args.learning_rate * replicas, momentum=args.momentum),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+        model.optimizer.build(model.trainable_variables)
+    epoch, step = _restore_on_every_worker(strategy, args, model, is_chief)
     observer = observe.Observer(args, task_id, workers, steps, global_batch, "multi_worker_mirrored")
-    report = EpochReport(args, validation, is_chief, observer)
-    model.fit(dataset, epochs=args.epochs, steps_per_epoch=steps, verbose=0, callbacks=[report])
+    stopper = tf_checkpoint.StopAndCheckpoint(args, stop_request, _sum_over_workers(strategy), is_chief, steps)
+    report = EpochReport(validation, observer, stopper)
+    try:
+        tf_checkpoint.fit_from(model, epoch_input, epoch=epoch, step=step, epochs=args.epochs, steps_per_epoch=steps,
+                               callbacks=[report, stopper], stopper=stopper)
+    except stop.Stopped as stopped:
+        observer.close()
+        return stopped.exit_code
 
     common.emit(f"rank={task_id} world_size={workers} final_weights_sha256={common.weights_digest(model.get_weights())}")
     model_dir = args.model_dir if is_chief else tempfile.mkdtemp(prefix="dtc-mwms-worker-")

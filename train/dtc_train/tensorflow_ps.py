@@ -8,15 +8,17 @@ coordinator creates a per-worker ``tf.data`` pipeline from it (the data travels 
 dataset function, so workers need no files); each scheduled step takes a batch of
 ``--batch-size`` on one worker. After each epoch (``ceil(samples / batch_size)`` steps,
 ``coordinator.join()``) the chief copies the variables into a local model and scores the whole
-validation channel exactly; it logs the metric line, writes an atomic checkpoint, and at the end
-saves the SavedModel to ``<model_dir>/1``. Only the chief writes files.
+validation channel exactly; it logs the metric line and at the end saves the SavedModel to
+``<model_dir>/1``. Checkpoints (``tf_checkpoint``: the variables read from the parameter
+servers, the optimizer's, the position and the epoch's sums so far) on the ``checkpoint-every``
+schedule and, when the chief is stopped (SIGTERM), once the steps it had scheduled are done; a
+restarted job schedules the rest of that epoch. Only the chief writes files.
 
 Hyperparameters: see ``dtc_train.common.parse_args``. The learning rate is not scaled: each
 worker applies its own updates.
 """
 
 import math
-import os
 import sys
 
 from . import tf_env  # noqa: F401  (before TensorFlow: selects Keras 2)
@@ -24,11 +26,12 @@ from . import tf_env  # noqa: F401  (before TensorFlow: selects Keras 2)
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from . import common, contract, image_folder, observe, tf_model  # noqa: E402
+from . import common, contract, image_folder, observe, stop, tf_checkpoint, tf_model  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    stop_request = stop.StopRequest()
     common.configure_logging(0)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if resolver.task_type != "chief":
@@ -37,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     tf.keras.utils.set_random_seed(args.seed)
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    stop_request.install()   # back from TensorFlow's own SIGTERM handler (StopRequest.install)
     cluster = resolver.cluster_spec().as_dict()
     workers, servers = len(cluster.get("worker", [])), len(cluster.get("ps", []))
 
@@ -58,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=tf.VariableAggregation.SUM)
         correct = tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=tf.VariableAggregation.SUM)
         seen = tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=tf.VariableAggregation.SUM)
+        optimizer.build(model.trainable_variables)   # its variables exist before a checkpoint is restored
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
 
     @tf.function
@@ -78,25 +83,58 @@ def main(argv: list[str] | None = None) -> int:
 
     iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
     local = tf_model.build_model()   # the chief's copy for validation and saving
+    sums = (loss_sum, correct, seen)
+    epoch, step, extra = tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, optimizer)
+    if step >= steps:   # stopped after an epoch's last step, before its validation
+        epoch, step = epoch + 1, 0
+    if step:
+        for variable, value in zip(sums, extra.get("train_sums", (0.0, 0.0, 0.0))):
+            variable.assign(float(value))
+
+    def save(epochs_done: int, steps_done: int) -> None:
+        tf_checkpoint.save_checkpoint(args.checkpoint_dir, model, optimizer, epochs_done, steps_done,
+                                      train_sums=[float(v.numpy()) for v in sums])
+
     # Steps are scheduled asynchronously on the workers: no progress lines within an epoch.
     observer = observe.Observer(args, 0, workers, steps, args.batch_size, "parameter_server")
     val_accuracy = 0.0
-    for epoch in range(1, args.epochs + 1):
-        observer.begin_epoch(epoch)
-        for variable in (loss_sum, correct, seen):
-            variable.assign(0.0)
-        for _ in range(steps):
-            coordinator.schedule(train_step, args=(iterator,))
-        coordinator.join()
-        observer.end_training_steps()
+    stop_request.training_begins()
+    try:
+        for epoch_number in range(epoch + 1, args.epochs + 1):
+            first_step = step if epoch_number == epoch + 1 else 0
+            observer.begin_epoch(epoch_number, first_step)
+            if not first_step:
+                for variable in sums:
+                    variable.assign(0.0)
+            for step_number in range(first_step + 1, steps + 1):
+                coordinator.schedule(train_step, args=(iterator,))
+                due = args.checkpoint_every.due_after_step((epoch_number - 1) * steps + step_number)
+                if stop_request.signum or due:
+                    coordinator.join()   # every step scheduled so far is done
+                    save(epoch_number - 1, step_number)
+                if stop_request.signum:
+                    stopped = stop.Stopped(stop_request.signum)
+                    common.log.warning("%s after step %d of epoch %d: checkpoint written to %s", stopped, step_number,
+                                       epoch_number, args.checkpoint_dir)
+                    raise stopped
+            coordinator.join()
+            observer.end_training_steps()
+            local.set_weights(model.get_weights())
+            val_loss_sum, val_correct = tf_model.sparse_metrics(local(val_images, training=False), val_labels)
+            val_accuracy = val_correct / len(val_labels)
+            count = float(seen.numpy())
+            observer.end_epoch(epoch_number, train_loss=float(loss_sum.numpy()) / count,
+                               train_accuracy=float(correct.numpy()) / count, val_loss=val_loss_sum / len(val_labels),
+                               val_accuracy=val_accuracy, val_samples=len(val_labels))
+            if args.checkpoint_every.due_after_epoch(epoch_number) or epoch_number == args.epochs:
+                save(epoch_number, 0)
+    except stop.Stopped as stopped:
+        observer.close()
+        return stopped.exit_code
+    if epoch >= args.epochs:
+        common.log.info("the checkpoint has done all %d epochs: nothing left to train", args.epochs)
         local.set_weights(model.get_weights())
-        val_loss_sum, val_correct = tf_model.sparse_metrics(local(val_images, training=False), val_labels)
-        val_accuracy = val_correct / len(val_labels)
-        count = float(seen.numpy())
-        observer.end_epoch(epoch, train_loss=float(loss_sum.numpy()) / count, train_accuracy=float(correct.numpy()) / count,
-                           val_loss=val_loss_sum / len(val_labels), val_accuracy=val_accuracy, val_samples=len(val_labels))
-        common.atomic_write(os.path.join(args.checkpoint_dir, "checkpoint.weights.h5"), local.save_weights)
-        common.write_json(os.path.join(args.checkpoint_dir, "checkpoint.json"), {"epoch": epoch})
+        val_accuracy = tf_model.sparse_metrics(local(val_images, training=False), val_labels)[1] / len(val_labels)
 
     common.emit(f"rank=0 world_size={workers} final_weights_sha256={common.weights_digest(local.get_weights())}")
     tf_model.save(local, args.model_dir, val_accuracy=val_accuracy, epochs=args.epochs, world_size=workers,

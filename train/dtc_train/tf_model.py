@@ -46,3 +46,4 @@ def sparse_metrics(logits, labels) -> tuple[float, float]:
     loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
     correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1, output_type=tf.int32) == tf.cast(labels, tf.int32), tf.float64))
     return float(tf.reduce_sum(loss)), float(correct)
+

@@ -1,35 +1,72 @@
 """What the PyTorch trainers share, whatever library averages their gradients: the device,
-DALI batches as tensors, the training epoch, exact sharded validation, checkpoints and resuming
+DALI batches as tensors, the training loop, exact sharded validation, checkpoints and resuming
 from them, and the saved model.
 
-Checkpoints: after every epoch rank 0 writes ``<checkpoint-dir>/checkpoint.pt`` atomically
-(``common.atomic_write``: fsync, rename) with the epoch, model and optimizer state and rank 0's
-RNG state. At start rank 0 reads it and broadcasts it, so every rank, on every host, resumes
-from the same state at the next epoch (a managed-spot restart restores the directory from
+Checkpoints: rank 0 writes ``<checkpoint-dir>/checkpoint.pt`` atomically (``common.atomic_write``:
+staged outside the directory, fsync, rename) on the ``checkpoint-every`` schedule (default every
+epoch), at the end, and when the job is stopped (``stop.StopRequest``: after the step under way).
+One file holds everything a restart needs to go on as if it had not stopped: the position
+(epochs done, steps done in the next), the model, the optimizer, rank 0's RNG, the epoch's
+training sums so far, and every rank's DALI reader and RNG state (DALI checkpointing, gathered
+to rank 0). At start rank 0 reads it and broadcasts it, so every rank, on every host, resumes at
+the same step with its own data position (a managed-spot restart restores the directory from
 ``checkpoint_s3_uri``; SageMaker docs, model-checkpoints). Training continues from there, so a
 checkpoint is only ever replaced by a later one. An unreadable checkpoint is named in the log and
-training starts over.
+training starts over; one from a different world size resumes the model and optimizer at the
+start of its epoch (the data positions belong to other shards). Nothing in it names a host.
 """
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from . import common, dali_data, observe, torch_model
+from . import common, dali_data, observe, stop, torch_model
 
-# Sums a float64 tensor over all ranks and returns the result (hvd.allreduce or dist.all_reduce).
-AllReduceSum = Callable[[torch.Tensor, str], torch.Tensor]
-# Returns rank 0's object on every rank (hvd.broadcast_object or dist.broadcast_object_list).
-BroadcastObject = Callable[[object], object]
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_KEYS = frozenset({"epoch", "model", "optimizer", "rng"})
 
 
+@dataclass(frozen=True)
+class Collectives:
+    """The three collectives the loop needs, from Horovod or ``torch.distributed``.
+
+    Attributes:
+        allreduce_sum: ``(tensor float64 [n], name) -> tensor`` summed over all ranks.
+        broadcast_object: rank 0's picklable object on every rank.
+        allgather_object: ``obj -> [obj of rank 0, obj of rank 1, ...]`` on every rank.
+    """
+
+    allreduce_sum: Callable[[torch.Tensor, str], torch.Tensor]
+    broadcast_object: Callable[[object], object]
+    allgather_object: Callable[[object], list]
+
+    def sum_scalar(self, value: float, name: str) -> float:
+        return float(self.allreduce_sum(torch.tensor([value], dtype=torch.float64), name)[0])
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a restarted job goes on: ``epoch`` epochs done, ``step`` steps of the next one done.
+
+    Attributes:
+        train_sums: rank 0's float64 [loss sum, correct, samples] of the steps already done in
+            the epoch (summed over ranks), else ``None``.
+        data_position: this rank's DALI training-pipeline checkpoint, else ``None`` (start the
+            reader afresh).
+    """
+
+    epoch: int = 0
+    step: int = 0
+    train_sums: torch.Tensor | None = None
+    data_position: str | None = None
+
+
 def read_checkpoint(checkpoint_dir: str) -> dict | None:
-    """The checkpoint in ``checkpoint_dir`` as saved by ``fit``, or ``None`` when there is none or
-    it cannot be read (logged with the reason)."""
+    """The checkpoint in ``checkpoint_dir`` as saved by ``save_checkpoint``, or ``None`` when there
+    is none or it cannot be read (logged with the reason)."""
     path = os.path.join(checkpoint_dir, CHECKPOINT_NAME)
     if not os.path.exists(path):
         return None
@@ -46,19 +83,47 @@ def read_checkpoint(checkpoint_dir: str) -> dict | None:
     return state
 
 
-def restore(args, model, optimizer, rank: int, broadcast_object: BroadcastObject) -> int:
-    """Loads rank 0's checkpoint (if any) into ``model`` and ``optimizer`` on every rank.
-    Returns the epochs it had completed (0 without one)."""
-    state = broadcast_object(read_checkpoint(args.checkpoint_dir) if rank == 0 else None)
+def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
+            collectives: Collectives) -> Resume:
+    """Loads rank 0's checkpoint (if any) into ``model`` and ``optimizer`` on every rank and
+    returns where training goes on, with this rank's data position. Call before building the
+    training pipeline (``dali_data.RankData.pipelines(train_position=...)``)."""
+    state = collectives.broadcast_object(read_checkpoint(args.checkpoint_dir) if rank == 0 else None)
     if state is None:
-        return 0
+        return Resume()
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
+    epoch, step = state["epoch"], state.get("step", 0)
+    positions = state.get("data_positions") or []
+    same_layout = len(positions) == size and state.get("steps_per_epoch") == steps_per_epoch
+    if step and not same_layout:
+        if rank == 0:
+            common.log.warning("the checkpoint was written by %d ranks with %s steps per epoch, this job has %d with %d: "
+                               "its data positions do not apply, so epoch %d starts again at its first step",
+                               len(positions), state.get("steps_per_epoch"), size, steps_per_epoch, epoch + 1)
+        step = 0
     if rank == 0:
         torch.set_rng_state(state["rng"])
-        common.log.info("resuming from %s: epoch %d of %d done", os.path.join(args.checkpoint_dir, CHECKPOINT_NAME),
-                        state["epoch"], args.epochs)
-    return state["epoch"]
+        common.log.info("resuming from %s: epoch %d of %d done, %d of %d steps of epoch %d done",
+                        os.path.join(args.checkpoint_dir, CHECKPOINT_NAME), epoch, args.epochs, step,
+                        steps_per_epoch, epoch + 1)
+    sums = state.get("train_sums") if step and rank == 0 else None
+    return Resume(epoch, step, sums, positions[rank] if same_layout else None)
+
+
+def save_checkpoint(args, epoch: int, step: int, model, optimizer, train_batches: "TrainBatches",
+                    sums: torch.Tensor | None, rank: int, steps_per_epoch: int, collectives: Collectives) -> None:
+    """Writes the checkpoint of position (``epoch`` done, ``step`` steps of the next done).
+    Collective: every rank calls it at the same step (its data position and epoch sums are
+    gathered); rank 0 writes."""
+    positions = collectives.allgather_object(train_batches.position())
+    total = collectives.allreduce_sum(sums, "checkpoint_train_sums") if sums is not None else None
+    if rank != 0:
+        return
+    checkpoint = {"epoch": epoch, "step": step, "steps_per_epoch": steps_per_epoch, "model": model.state_dict(),
+                  "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(), "train_sums": total,
+                  "data_positions": positions}
+    common.atomic_write(os.path.join(args.checkpoint_dir, CHECKPOINT_NAME), lambda tmp: torch.save(checkpoint, tmp))
 
 
 def device_for(data_device: str, local_rank: int) -> torch.device:
@@ -78,33 +143,42 @@ def set_threads_per_rank(local_size: int) -> int:
     return threads
 
 
-def batches(pipe, device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless (images float32 [B, 1, 8, 8], labels int64 [B]) batches from a built DALI pipeline."""
-    from nvidia.dali.plugin.pytorch import DALIGenericIterator
+class Batches:
+    """Endless (images float32 [B, 1, 8, 8], labels int64 [B]) batches from a built DALI pipeline
+    (``DALIGenericIterator``), and the pipeline's position after the last batch handed out."""
 
-    for batch in DALIGenericIterator([pipe], ["images", "labels"], size=-1, auto_reset=True):
-        data = batch[0]
-        yield data["images"].to(device), data["labels"].to(device).view(-1).long()
+    def __init__(self, pipe, device: torch.device):
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
+        self.device = device
+        self.iterator = DALIGenericIterator([pipe], ["images", "labels"], size=-1, auto_reset=True)
 
-def train_epoch(model, optimizer, train_batches, steps: int, on_step: Callable[[], None] = lambda: None) -> torch.Tensor:
-    """``steps`` optimizer steps, calling ``on_step()`` after each; returns this rank's float64
-    [loss sum, correct, samples]."""
-    sums = torch.zeros(3, dtype=torch.float64)
-    for _ in range(steps):
-        images, labels = next(train_batches)
-        optimizer.zero_grad()
-        logits = model(images)
-        loss = F.cross_entropy(logits, labels)
-        loss.backward()
-        optimizer.step()
-        sums += torch.tensor([loss.item() * len(labels), (logits.argmax(1) == labels).sum().item(),
-                              len(labels)], dtype=torch.float64)
-        on_step()
-    return sums
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        data = next(self.iterator)[0]
+        return data["images"].to(self.device), data["labels"].to(self.device).view(-1).long()
+
+    def position(self) -> str:
+        """DALI's checkpoint of the reader and RNG states as of the last batch returned (the
+        iterator accounts for the batches it has prefetched); ``data_position`` restores it."""
+        return self.iterator.checkpoints()[0]
 
 
-def evaluate(model, val_batches, shard: dali_data.Shard, allreduce_sum: AllReduceSum) -> tuple[float, float, int]:
+def train_step(model, optimizer, train_batches: Batches) -> torch.Tensor:
+    """One optimizer step; returns this rank's float64 [loss sum, correct, samples] of the batch."""
+    images, labels = next(train_batches)
+    optimizer.zero_grad()
+    logits = model(images)
+    loss = F.cross_entropy(logits, labels)
+    loss.backward()
+    optimizer.step()
+    return torch.tensor([loss.item() * len(labels), (logits.argmax(1) == labels).sum().item(), len(labels)],
+                        dtype=torch.float64)
+
+
+def evaluate(model, val_batches: Batches, shard: dali_data.Shard, collectives: Collectives) -> tuple[float, float, int]:
     """Loss and accuracy over the whole validation set: each rank scores its shard (dropping
     the padding of its last batch) and the sums are all-reduced. Returns (loss, accuracy, n)."""
     model.eval()
@@ -117,35 +191,58 @@ def evaluate(model, val_batches, shard: dali_data.Shard, allreduce_sum: AllReduc
             sums += torch.tensor([
                 F.cross_entropy(logits, labels[:real], reduction="sum").item(),
                 (logits.argmax(1) == labels[:real]).sum().item(), real], dtype=torch.float64)
-    loss_sum, correct, count = allreduce_sum(sums, "validation_sums").tolist()
+    loss_sum, correct, count = collectives.allreduce_sum(sums, "validation_sums").tolist()
     model.train()
     return loss_sum / count, correct / count, int(count)
 
 
-def fit(args, model, optimizer, data: dali_data.RankData, train_batches, val_batches, rank: int,
-        allreduce_sum: AllReduceSum, observer: observe.Observer, start_epoch: int = 0) -> float:
-    """Epochs ``start_epoch + 1`` to ``args.epochs``: train, all-reduce the training sums, validate
-    exactly; rank 0 reports the epoch (``observer``: metric line, TensorBoard) and writes the
-    checkpoint. Returns the last validation accuracy (measured once when the checkpoint had
-    already reached ``args.epochs``)."""
-    if start_epoch >= args.epochs:
+def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches, val_batches: Batches, rank: int,
+        collectives: Collectives, observer: observe.Observer, stop_request: stop.StopRequest,
+        resume: Resume = Resume()) -> float:
+    """Trains from ``resume`` to ``args.epochs``: the steps of each epoch, then the training sums
+    all-reduced and exact validation; rank 0 reports the epoch (``observer``: metric line,
+    TensorBoard). Checkpoints (``save_checkpoint``) on the ``--checkpoint-every`` schedule, after
+    the last epoch, and after the step in which any rank was asked to stop, which then raises
+    ``stop.Stopped`` on every rank. Returns the last validation accuracy (measured once when the
+    checkpoint had already reached ``args.epochs``)."""
+    schedule = args.checkpoint_every
+    steps = data.steps_per_epoch
+
+    def save(epoch: int, step: int, sums: torch.Tensor | None) -> None:
+        save_checkpoint(args, epoch, step, model, optimizer, train_batches, sums, rank, steps, collectives)
+
+    if resume.epoch >= args.epochs:
         if rank == 0:
             common.log.info("the checkpoint has done all %d epochs: nothing left to train", args.epochs)
-        return evaluate(model, val_batches, data.val_shard, allreduce_sum)[1]
+        return evaluate(model, val_batches, data.val_shard, collectives)[1]
     val_accuracy = 0.0
-    for epoch in range(start_epoch + 1, args.epochs + 1):
-        observer.begin_epoch(epoch)
-        sums = train_epoch(model, optimizer, train_batches, data.steps_per_epoch, observer.step_done)
-        loss_sum, correct, count = allreduce_sum(sums, "train_sums").tolist()
+    stop_request.training_begins()
+    for epoch in range(resume.epoch + 1, args.epochs + 1):
+        first_step = resume.step if epoch == resume.epoch + 1 else 0
+        observer.begin_epoch(epoch, first_step)
+        sums = torch.zeros(3, dtype=torch.float64)
+        if first_step and resume.train_sums is not None:
+            sums += resume.train_sums
+        for step in range(first_step + 1, steps + 1):
+            sums += train_step(model, optimizer, train_batches)
+            observer.step_done()
+            global_step = (epoch - 1) * steps + step
+            signum = stop_request.agreed(global_step, lambda flag: collectives.sum_scalar(flag, "stop_requested"))
+            if signum or schedule.due_after_step(global_step):
+                save(epoch - 1, step, sums)
+            if signum:
+                stopped = stop.Stopped(signum)
+                if rank == 0:
+                    common.log.warning("%s after step %d of epoch %d: checkpoint written to %s", stopped, step, epoch,
+                                       args.checkpoint_dir)
+                raise stopped
+        loss_sum, correct, count = collectives.allreduce_sum(sums, "train_sums").tolist()
         observer.end_training_steps()
-        val_loss, val_accuracy, val_count = evaluate(model, val_batches, data.val_shard, allreduce_sum)
+        val_loss, val_accuracy, val_count = evaluate(model, val_batches, data.val_shard, collectives)
         observer.end_epoch(epoch, train_loss=loss_sum / count, train_accuracy=correct / count, val_loss=val_loss,
                            val_accuracy=val_accuracy, val_samples=val_count)
-        if rank == 0:
-            checkpoint = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                          "rng": torch.get_rng_state()}
-            common.atomic_write(os.path.join(args.checkpoint_dir, CHECKPOINT_NAME),
-                                lambda tmp: torch.save(checkpoint, tmp))
+        if schedule.due_after_epoch(epoch) or epoch == args.epochs:
+            save(epoch, 0, None)
     return val_accuracy
 
 

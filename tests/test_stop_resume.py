@@ -1,0 +1,169 @@
+"""Stop and resume (issue #10): SageMaker stops a job with SIGTERM to the container (a stop,
+MaxRuntime, a managed-spot interruption) and kills it 120 s later; a restart finds
+/opt/ml/checkpoints restored.
+
+Each built-in trainer, under its real launcher (mpirun + Horovod, torchrun + DDP,
+MultiWorkerMirrored, the parameter-server chief with its servers), is sent SIGTERM at a random
+moment after its first epoch (the seed is printed; a stop during start-up is tested apart). It
+must exit 143 well within the grace period, say it was stopped, and leave a checkpoint of the step it had reached (none if it
+had not trained yet). Started again on the same tree it resumes at that step and ends where an
+uninterrupted run ends: with bit-identical weights, the input order being restored exactly
+(DALI checkpoints for PyTorch; per-epoch inputs with the done steps skipped for the Keras
+trainers), except for the parameter-server strategy, which is asynchronous, so that no two of
+its runs are identical: there within 2 points of validation accuracy.
+"""
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import BIN, run_train
+from test_trainers_e2e import DIGEST, METRIC, job_tree_at, torch_load
+
+pytestmark = pytest.mark.e2e
+EPOCHS = 4
+RESUMING = re.compile(r"resuming from .*: epoch (\d+)(?: of \d+)? done, (\d+) (?:of \d+ )?steps of epoch \d+ done")
+
+# hyperparameters, whether the resumed run must end with the uninterrupted run's exact weights,
+# and the accuracy tolerance otherwise
+CASES = {
+    "horovod-pytorch": ({"sagemaker_program": "builtin:pytorch", "sagemaker_mpi_enabled": True,
+                         "sagemaker_mpi_num_of_processes_per_host": 2}, True, 0.0),
+    "torchrun-ddp": ({"sagemaker_program": "builtin:pytorch", "sagemaker_torch_distributed_enabled": True,
+                      "sagemaker_mpi_num_of_processes_per_host": 2}, True, 0.0),
+    "horovod-tensorflow": ({"sagemaker_program": "builtin:tensorflow", "sagemaker_mpi_enabled": True,
+                            "sagemaker_mpi_num_of_processes_per_host": 2}, True, 0.0),
+    "multi-worker-mirrored": ({"sagemaker_program": "builtin:tensorflow",
+                               "sagemaker_multi_worker_mirrored_strategy_enabled": True}, True, 0.0),
+    "parameter-server": ({"sagemaker_program": "builtin:tensorflow", "sagemaker_parameter_server_enabled": True},
+                         False, 0.02),
+}
+
+
+def job(case, where, digits_channels, **hyperparameters):
+    import shutil
+
+    root = job_tree_at({**CASES[case][0], "epochs": EPOCHS, **hyperparameters}, where)
+    for channel in ("training", "validation"):
+        shutil.copytree(digits_channels / channel, root / "input" / "data" / channel, dirs_exist_ok=True)
+    return root
+
+
+def checkpoint_position(root) -> tuple[int, int] | None:
+    """(epochs done, steps of the next done) in the job's checkpoint, or None."""
+    directory = root / "checkpoints"
+    if (directory / "checkpoint.pt").exists():
+        state = torch_load(directory / "checkpoint.pt")
+        return state["epoch"], state["step"]
+    if (directory / "checkpoint.npz").exists():
+        with np.load(directory / "checkpoint.npz") as saved:
+            return int(saved["epoch"]), int(saved["step"])
+    return None
+
+
+def stop_at(root, delay_s: float, after: re.Pattern | None = None) -> tuple[int, float, str]:
+    """Starts `train` on ``root`` and sends it SIGTERM (as SageMaker does to the container's PID 1)
+    ``delay_s`` seconds after the start, or after the first line matching ``after``; waits.
+    Returns (exit code, seconds from signal to exit, log)."""
+    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(root), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    train = subprocess.Popen([str(BIN / "train")], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, stdin=subprocess.DEVNULL)
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read():
+        for line in train.stdout:
+            lines.append(line)
+            if after is not None and after.search(line):
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if after is not None:
+        assert seen.wait(timeout=300), "".join(lines)[-3000:]
+    time.sleep(delay_s)
+    signalled = time.monotonic()
+    train.send_signal(signal.SIGTERM)
+    code = train.wait(timeout=120)
+    took = time.monotonic() - signalled
+    reader.join(timeout=10)
+    return code, took, "".join(lines)
+
+
+def final(result_stdout: str) -> tuple[float, set[str]]:
+    accuracies = METRIC.findall(result_stdout)
+    return float(accuracies[-1][2]), {digest for _, _, digest in DIGEST.findall(result_stdout)}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_job_stopped_at_a_random_moment_resumes_where_it_stopped(case, digits_channels, tmp_path):
+    hyperparameters, exact, tolerance = CASES[case]
+    full = run_train(job(case, tmp_path / "full", digits_channels))
+    assert full.returncode == 0, full.output[-3000:]
+    full_accuracy, full_digests = final(full.stdout)
+
+    # a random moment after the first epoch (start-up: test_a_job_stopped_while_starting_exits_at_once)
+    summary = json.loads((tmp_path / "full" / "opt" / "ml" / "output" / "data" / "report" / "summary.json").read_text())
+    epoch_s = min(epoch["epoch_seconds"] for epoch in summary["epochs_detail"])   # the first one warms up
+    seed = random.randrange(1 << 30)
+    delay_s = random.Random(seed).uniform(0.0, 1.5) * epoch_s
+    print(f"{case}: SIGTERM {delay_s:.2f} s after epoch 1 (random seed {seed}; epochs take {epoch_s:.2f} s of steps)")
+    root = job(case, tmp_path / "stopped", digits_channels)
+    code, took_s, log = stop_at(root, delay_s, after=METRIC)
+    assert code == 128 + signal.SIGTERM, log[-3000:]
+    assert took_s < 60, f"{took_s:.0f} s from SIGTERM to exit"
+    assert (root / "output" / "failure").read_text().splitlines()[0].endswith("was stopped by SIGTERM"), log[-3000:]
+    assert not (root / "output" / "success").exists() and not any((root / "model").iterdir())
+    position = checkpoint_position(root)
+    staged = [p for p in root.rglob("*") if p.name.startswith(".tmp-") or p.name.endswith(".staging")]
+    assert not staged, staged                                            # no half-written file anywhere
+    print(f"{case}: stopped {took_s:.1f} s after the signal; checkpoint position {position}")
+
+    resumed = run_train(root)
+    assert resumed.returncode == 0 and resumed.succeeded, resumed.output[-3000:]
+    if position:
+        epoch, step = (int(v) for v in RESUMING.search(resumed.output).groups())
+        assert (epoch, step) == position
+        steps_per_epoch = int(re.search(r"\((\d+) steps/epoch\)", resumed.output).group(1))
+        # the epochs it reports: from the one under way; a Keras trainer stopped after an epoch's
+        # last step counts that epoch as done without its metric line
+        first = epoch + 2 if step == steps_per_epoch and "tensorflow" in hyperparameters["sagemaker_program"] else epoch + 1
+        assert sorted(int(e) for e, *_ in METRIC.findall(resumed.stdout)) == list(range(first, EPOCHS + 1))
+    accuracy, digests = final(resumed.stdout)
+    if exact:
+        assert digests == full_digests, "the resumed job's weights differ from an uninterrupted run's"
+    else:
+        assert accuracy >= 0.90 and abs(accuracy - full_accuracy) <= tolerance, (accuracy, full_accuracy)
+
+
+def test_a_checkpoint_schedule_in_steps_is_kept_and_a_bad_one_is_refused(digits_channels, tmp_path):
+    root = job("horovod-pytorch", tmp_path / "steps", digits_channels, **{"checkpoint-every": "7steps", "epochs": 1})
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-3000:]
+    assert checkpoint_position(root) == (1, 0)
+
+    bad = job("horovod-pytorch", tmp_path / "bad", digits_channels, **{"checkpoint-every": "often"})
+    refused = run_train(bad, timeout_s=120)
+    assert refused.returncode != 0
+    assert "checkpoint-every='often'" in refused.failure
+
+
+def test_a_job_stopped_while_starting_exits_at_once_and_starts_over(digits_channels, tmp_path):
+    """SIGTERM before the first step (imports, MPI start-up, data listing): nothing to save, so the
+    ranks exit at once (not after a step), and a restart starts from the beginning."""
+    root = job("horovod-pytorch", tmp_path / "job", digits_channels, epochs=1)
+    code, took_s, log = stop_at(root, 3.0)   # from the start: MPI, Python and framework start-up take longer
+    assert code == 128 + signal.SIGTERM and took_s < 15, (code, took_s, log[-3000:])
+    assert (root / "output" / "failure").read_text().splitlines()[0] == "builtin:pytorch was stopped by SIGTERM"
+    assert checkpoint_position(root) is None
+    restarted = run_train(root)
+    assert restarted.returncode == 0 and "resuming" not in restarted.output, restarted.output[-3000:]
+    assert checkpoint_position(root) == (1, 0)
