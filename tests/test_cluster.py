@@ -140,7 +140,7 @@ def test_a_stopped_two_host_mpi_job_lets_every_rank_finish_saving(tmp_path):
 @pytest.mark.parametrize("case", ["mpi-pytorch", "torchrun-ddp", "multi-worker-mirrored", "parameter-server"])
 def test_a_two_host_job_stopped_mid_epoch_exits_143_on_every_host_and_resumes(case, tmp_path):
     """SageMaker stops every host's container (SIGTERM, SIGKILL 120 s later) at a random moment of
-    epoch 2; the checkpoint directory is shared like checkpoint_s3_uri. Every host must exit 143
+    epoch 2 (epoch 1's length after its end); the checkpoint directory is shared like checkpoint_s3_uri. Every host must exit 143
     within a minute saying it was stopped, with a checkpoint of the step reached; the job run
     again resumes at that step on both hosts and finishes as well as an uninterrupted one."""
     args, epochs, world_size = CASES[case]
@@ -155,8 +155,9 @@ def test_a_two_host_job_stopped_mid_epoch_exits_143_on_every_host_and_resumes(ca
         lines.append(line)
         if f"epoch=1/{epochs} " in line:
             break
-    delay_s = random.uniform(0, 3)
-    print(f"{case}: stopping both hosts {delay_s:.1f} s into epoch 2")
+    epoch_s = float(re.search(r"epoch_seconds=([0-9.]+)", lines[-1]).group(1))
+    delay_s = random.uniform(0, 1) * epoch_s
+    print(f"{case}: stopping both hosts {delay_s:.2f} s into epoch 2 (epoch 1 took {epoch_s:.2f} s)")
     time.sleep(delay_s)
     stopped_at = time.monotonic()
     stop = subprocess.run(["podman", "stop", "-t", "90", "algo-1", "algo-2"], capture_output=True, text=True,

@@ -1,6 +1,7 @@
 """What both built-in trainers share: arguments, metric lines, atomic files, weight digests."""
 
 import argparse
+import errno
 import hashlib
 import json
 import logging
@@ -90,9 +91,10 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
 
     The temporary file is staged outside ``path``'s directory, in ``.<directory name>.staging``
     beside it (removed again when empty), so a directory that SageMaker uploads as it changes
-    (``/opt/ml/checkpoints``) never holds a half-written file; where that sibling cannot be
-    used (not writable, or another file system, where a rename is not atomic) the temporary file
-    goes in the directory itself, named ``.tmp-*``.
+    (``/opt/ml/checkpoints``) never holds a half-written file. Where that sibling cannot be used
+    (not writable; another file system or mount, where a rename fails with ``EXDEV``: a bind
+    mount, a volume of its own) the complete, fsynced file is copied into the directory as
+    ``.tmp-*`` and renamed from there.
     """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -101,6 +103,7 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
     try:
         os.makedirs(staging, exist_ok=True)
         if os.stat(staging).st_dev != os.stat(directory).st_dev:
+            os.rmdir(staging)
             raise OSError("another file system")
     except OSError:
         staging = directory
@@ -111,7 +114,12 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
         os.chmod(tmp, 0o644)   # mkstemp creates 0600
         with open(tmp, "rb") as handle:   # on disk before it replaces the old file
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as error:
+            if error.errno != errno.EXDEV:
+                raise
+            _replace_from_inside(tmp, path, suffix)
         _fsync_directory(directory)
     finally:
         if os.path.exists(tmp):
@@ -121,6 +129,23 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
                 os.rmdir(staging)
             except OSError:   # another writer's file is in it, or it is gone already
                 pass
+
+
+def _replace_from_inside(staged: str, path: str, suffix: str) -> None:
+    """Copies ``staged`` next to ``path`` (its directory is another mount), fsyncs, renames."""
+    import shutil
+
+    fd, local = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=suffix)
+    os.close(fd)
+    try:
+        shutil.copyfile(staged, local)
+        os.chmod(local, 0o644)
+        with open(local, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(local, path)
+    finally:
+        if os.path.exists(local):
+            os.remove(local)
 
 
 def _fsync_directory(directory: str) -> None:
