@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from . import common, contract, dali_data, observe, stop, torch_common, torch_model
+from . import common, contract, dali_data, stop, torch_common, torch_model
 
 
 def _collectives(device: torch.device) -> torch_common.Collectives:
@@ -81,24 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     # DDP averages gradients; the linear scaling rule multiplies the rate by the world size.
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
     resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives)
-    train_pipe, val_pipe = data.pipelines(args.batch_size, rank, size, device_id=dali_device_id, layout="CHW",
-                                          seed=args.seed, num_threads=args.dali_threads,
-                                          train_position=resume.data_position)
-
-    observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, "ddp")
-    try:
-        val_accuracy = torch_common.fit(args, model, optimizer, data, torch_common.Batches(train_pipe, device),
-                                        torch_common.Batches(val_pipe, device), rank, collectives, observer,
-                                        stop_request, resume)
-    except stop.Stopped as stopped:
-        observer.close()
-        dist.destroy_process_group()
-        return stopped.exit_code
-    torch_common.finish(args, module, rank, size, val_accuracy)
-    observer.close()
-    dist.barrier()   # every rank leaves after rank 0 has saved
+    code = torch_common.train(args, model, module, optimizer, data, device, dali_device_id, rank, size, collectives,
+                              stop_request, resume, "ddp")
+    if code == 0:
+        dist.barrier()   # every rank leaves after rank 0 has saved
     dist.destroy_process_group()
-    return 0
+    return code
 
 
 if __name__ == "__main__":

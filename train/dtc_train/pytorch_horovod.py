@@ -18,7 +18,7 @@ import horovod
 import horovod.torch as hvd
 import torch
 
-from . import common, contract, dali_data, observe, stop, torch_common, torch_model
+from . import common, contract, dali_data, stop, torch_common, torch_model
 
 
 def _collectives() -> torch_common.Collectives:
@@ -56,22 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    train_pipe, val_pipe = data.pipelines(args.batch_size, rank, size, device_id=dali_device_id, layout="CHW",
-                                          seed=args.seed, num_threads=args.dali_threads,
-                                          train_position=resume.data_position)
-
-    observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, "horovod")
-    try:
-        val_accuracy = torch_common.fit(args, model, optimizer, data, torch_common.Batches(train_pipe, device),
-                                        torch_common.Batches(val_pipe, device), rank, collectives, observer,
-                                        stop_request, resume)
-    except stop.Stopped as stopped:
-        observer.close()
-        return stopped.exit_code
-    torch_common.finish(args, model, rank, size, val_accuracy)
-    observer.close()
-    hvd.join()   # every rank leaves after rank 0 has saved
-    return 0
+    code = torch_common.train(args, model, model, optimizer, data, device, dali_device_id, rank, size, collectives,
+                              stop_request, resume, "horovod")
+    if code == 0:
+        hvd.join()   # every rank leaves after rank 0 has saved
+    return code
 
 
 if __name__ == "__main__":

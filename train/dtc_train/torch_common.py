@@ -246,6 +246,28 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
     return val_accuracy
 
 
+def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankData, device: torch.device,
+          dali_device_id: int | None, rank: int, size: int, collectives: Collectives,
+          stop_request: stop.StopRequest, resume: Resume, strategy: str) -> int:
+    """Builds this rank's pipelines (the training one at ``resume``'s data position), trains
+    (``fit``), saves the model (``finish``, from ``module``: the model without its data-parallel
+    wrapper) and writes the report. Returns 0, or ``128 + N`` when stopped by signal N (the
+    checkpoint written, the report too)."""
+    train_pipe, val_pipe = data.pipelines(args.batch_size, rank, size, device_id=dali_device_id, layout="CHW",
+                                          seed=args.seed, num_threads=args.dali_threads,
+                                          train_position=resume.data_position)
+    observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, strategy)
+    try:
+        val_accuracy = fit(args, model, optimizer, data, Batches(train_pipe, device), Batches(val_pipe, device), rank,
+                           collectives, observer, stop_request, resume)
+    except stop.Stopped as stopped:
+        observer.close()
+        return stopped.exit_code
+    finish(args, module, rank, size, val_accuracy)
+    observer.close()
+    return 0
+
+
 def finish(args, model: torch.nn.Module, rank: int, size: int, val_accuracy: float) -> None:
     """Every rank prints its weights' digest; rank 0 saves ``model.pth`` (state dict) and
     ``model.json`` to the model directory."""
