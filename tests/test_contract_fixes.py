@@ -152,3 +152,21 @@ def test_a_configured_interface_that_does_not_exist_falls_back_with_a_warning(ma
     argv = plan["argv"]
     assert argv[argv.index("btl_tcp_if_include") + 1] == expected
     assert "'ethwe', which this container does not have" in done.stderr
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("[rank0]: RuntimeError: [/w/gloo/transport/tcp/pair.cc:537] Read error [10.1.1.12]:64658: Connection reset by peer.",
+     "host algo-2 stopped answering: the connection to its ranks was lost (10.1.1.12, Gloo)"),
+    ("[rank1]: RuntimeError: [/w/gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.1.1.12]:28354. This is",
+     "host algo-2 stopped answering: the connection to its ranks was lost (10.1.1.12, Gloo)"),
+    ("Collective ops is aborted by: ... The following tasks are unhealthy (stopped sending heartbeats):\n"
+     "/job:worker/replica:0/task:1", "host algo-2 stopped answering: TensorFlow task worker:1 there stopped sending heartbeats"),
+])
+def test_a_lost_peer_is_named_by_host_from_what_gloo_and_tensorflow_print(line, expected):
+    """Gloo and TensorFlow name an address or a task; the failure's first line names the host."""
+    from dtc_entrypoint import report
+
+    text = report.describe_failure("builtin:pytorch", 1, ["Traceback (most recent call last):", *line.split("\n"),
+                                                          "RuntimeError: boom"],
+                                   peers={"10.1.1.12": "algo-2", "worker:1": "algo-2", "worker:0": "algo-1"})
+    assert text.splitlines()[0].startswith(expected + " (the host or its container died")

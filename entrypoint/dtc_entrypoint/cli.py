@@ -72,6 +72,39 @@ class _Phase:
         raise StoppedBeforeLaunch(signum, self.current)
 
 
+def _peer_names(plan: launch.LaunchPlan, addresses: dict[str, str]) -> dict[str, str]:
+    """What training processes call the other hosts -> host: their addresses (Gloo) and their
+    TensorFlow tasks (``worker:1``), for naming a lost one (``report.lost_peer``)."""
+    names = {address: host for host, address in addresses.items()}
+    for job, tasks in (plan.tf_config or {}).get("cluster", {}).items():
+        for index, task in enumerate(tasks):
+            names[f"{job}:{index}"] = task.rpartition(":")[0]
+    return names
+
+
+def _tf_peer_watch(plan: launch.LaunchPlan, current_host: str):
+    """For the parameter-server chief of a job of several hosts: a ``supervise.run`` watch that
+    reports the first other host whose TensorFlow servers close. The chief itself would wait for
+    a lost worker forever (ParameterServerStrategy waits for workers to come back)."""
+    if plan.role != "chief" or len(plan.hosts) < 2:
+        return None
+    endpoints = {}
+    for job in ("worker", "ps"):
+        for index, task in enumerate(plan.tf_config["cluster"].get(job, [])):
+            host, _, port = task.rpartition(":")
+            if host != current_host:
+                endpoints[(host, int(port))] = f"{job}:{index}"
+
+    def watch(done) -> str | None:
+        closed = peers.watch_until_one_closes(list(endpoints), stop=done)
+        if closed is None:
+            return None
+        return report.lost_host(closed[0], f"its TensorFlow {endpoints[closed]} server ({closed[0]}:{closed[1]}) closed "
+                                           "while the chief was training")
+
+    return watch
+
+
 def run_job(plan_only: bool) -> int:
     """Runs (or with ``plan_only`` prints) this host's part of the job. Returns the exit code."""
     phase = _Phase("reading the job's configuration") if not plan_only else None
@@ -91,6 +124,7 @@ def run_job(plan_only: bool) -> int:
         log.warning("%s", warning)
     phase.current = "waiting for the other hosts"
     others = [h for h in plan.hosts if h != config.current_host]
+    addresses: dict[str, str] = {}
     if others:   # fail in seconds, naming the host, when the cluster cannot form
         log.info("waiting for the names of %s to resolve", ", ".join(others))
         addresses = peers.wait_for_names(others, _env_seconds("DTC_HOST_RESOLVE_TIMEOUT_S", 120))
@@ -123,7 +157,8 @@ def run_job(plan_only: bool) -> int:
     services = []
     try:
         services += [supervise.start_service(s.name, s.argv, s.env, plan.workdir) for s in plan.services]
-        result = supervise.run(plan.argv, plan.env, plan.workdir, services=services)
+        result = supervise.run(plan.argv, plan.env, plan.workdir, services=services,
+                               watch=_tf_peer_watch(plan, config.current_host))
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):   # training has ended: a late stop changes nothing
             signal.signal(sig, signal.SIG_IGN)
@@ -133,9 +168,11 @@ def run_job(plan_only: bool) -> int:
         log.info("training succeeded; model directory %s", config.model_dir)
         return 0
     signal_name = signal.Signals(result.signal_received).name if result.signal_received else None
-    text = report.describe_failure(prog.name, result.exit_code, result.stderr_tail, signal_name)
+    text = report.describe_failure(prog.name, result.exit_code, result.stderr_tail, signal_name,
+                                   peers=_peer_names(plan, addresses), peer_lost=result.peer_lost)
     path = report.write_failure(config.output_dir, text)
-    exit_code = 128 + result.signal_received if result.signal_received else result.exit_code
+    exit_code = (128 + result.signal_received if result.signal_received
+                 else EXIT_PEER_ERROR if result.peer_lost else result.exit_code)
     log.error("training failed (exit code %d): %s [details in %s]", exit_code, text.splitlines()[0], path)
     return exit_code or EXIT_INTERNAL_ERROR
 

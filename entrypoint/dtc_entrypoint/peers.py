@@ -87,3 +87,24 @@ def wait_until_closed(host: str, port: int, closed_checks: int = 3, poll_s: floa
     while refused < closed_checks:
         refused = 0 if accepts(host, port) else refused + 1
         time.sleep(poll_s if refused < closed_checks else 0)
+
+
+def watch_until_one_closes(endpoints: Sequence[tuple[str, int]], closed_checks: int = 3, poll_s: float = 2.0,
+                           stop: Callable[[], bool] = lambda: False) -> tuple[str, int] | None:
+    """Waits until one of ``endpoints`` (host, port), having accepted connections, refuses
+    ``closed_checks`` consecutive ones (about ``closed_checks * poll_s`` seconds after its server
+    went away) and returns it; returns ``None`` once ``stop()`` is true. An endpoint that never
+    came up is not reported (the program that needs it says so itself)."""
+    seen_up: set[tuple[str, int]] = set()
+    refused = {endpoint: 0 for endpoint in endpoints}
+    while not stop():
+        for endpoint in endpoints:
+            if accepts(*endpoint, timeout_s=poll_s):
+                seen_up.add(endpoint)
+                refused[endpoint] = 0
+            elif endpoint in seen_up:
+                refused[endpoint] += 1
+                if refused[endpoint] >= closed_checks:
+                    return endpoint
+        time.sleep(poll_s)
+    return None

@@ -12,7 +12,7 @@ import os
 import re
 import signal
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 # mpirun --tag-output prefixes output with "[jobid,rank]<stderr>:", and again inside a line
 # wherever the process wrote a partial line (Python writes "ValueError" and ": msg" apart).
@@ -46,6 +46,35 @@ def rank_death(rank: str | int, host: str, name: str) -> str:
     return f"rank {rank} on host {host} was killed by {name}" + (f" ({OOM_HINT})" if name == "SIGKILL" else "")
 
 
+# A peer gone mid-collective: Gloo (torch.distributed on CPU) and TensorFlow's coordination
+# service (MultiWorkerMirrored), which name an address or a task, not a host.
+_GLOO_LOST_PEER = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+: Connection (?:reset|closed) by peer"
+                             r"|Connection (?:reset|closed) by peer \[([0-9A-Fa-f.:]+)\]:\d+")
+_TF_LOST_TASK = re.compile(r"tasks are unhealthy \(stopped sending heartbeats\):\s*/job:(\w+)/replica:\d+/task:(\d+)")
+
+
+def lost_host(host: str, what: str) -> str:
+    """``host algo-2 stopped answering: <what> (the host or its container died, ...)``."""
+    return (f"host {host} stopped answering: {what} (the host or its container died, was killed or ran out of "
+            "memory, or the network to it failed)")
+
+
+def lost_peer(lines: Sequence[str], peers: Mapping[str, str]) -> str | None:
+    """The host whose loss the training processes reported, from Gloo's "connection reset by
+    peer [address]" or TensorFlow's "tasks are unhealthy ... /job:worker/.../task:N", named
+    through ``peers`` (address -> host, ``worker:N`` -> host); ``None`` otherwise."""
+    text = "\n".join(lines)
+    gloo = _GLOO_LOST_PEER.search(text)
+    address = gloo and (gloo.group(1) or gloo.group(2))
+    if address in peers:
+        return lost_host(peers[address], f"the connection to its ranks was lost ({address}, Gloo)")
+    task = _TF_LOST_TASK.search(text)
+    if task and f"{task.group(1)}:{task.group(2)}" in peers:
+        return lost_host(peers[f"{task.group(1)}:{task.group(2)}"],
+                         f"TensorFlow task {task.group(1)}:{task.group(2)} there stopped sending heartbeats")
+    return None
+
+
 def dead_rank(lines: Sequence[str]) -> str | None:
     """One sentence naming the rank that died of a signal, its host and the signal, from
     rank_shim's line (MPI) or torchrun's "Root Cause" block, or the host whose MPI daemon
@@ -53,8 +82,7 @@ def dead_rank(lines: Sequence[str]) -> str | None:
     text = "\n".join(lines)
     lost = _LOST_DAEMON.search(text)
     if lost:
-        return (f"host {lost.group(1)} stopped answering: mpirun lost its daemon there (the host or its "
-                "container died, was killed or ran out of memory, or the network to it failed)")
+        return lost_host(lost.group(1), "mpirun lost its daemon there")
     match = _DEAD_RANK.search(text)
     if match:
         rank, host, name = match.groups()
@@ -94,11 +122,13 @@ def exception_line(lines: Sequence[str]) -> str | None:
 
 
 def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
-                     signal_name: str | None = None) -> str:
+                     signal_name: str | None = None, peers: Mapping[str, str] | None = None,
+                     peer_lost: str | None = None) -> str:
     """The failure file's text for a training program that ended badly.
 
     First line: a rank that died of a signal (``rank 3 on host algo-2 was killed by SIGKILL``,
-    with the out-of-memory hint for SIGKILL: the others' errors follow from it), else the
+    with the out-of-memory hint for SIGKILL: the others' errors follow from it) or a host that
+    was lost (``peer_lost``, or what ``lost_peer`` finds with ``peers``), else the
     exception the program raised (from the first rank that printed one), else ``<program>
     exited with code N`` (``was killed by SIGNAME`` for 128 + N) / ``was stopped by SIGTERM``.
     Then where it came from and the end of stderr, so the first 1024 characters explain the
@@ -110,7 +140,8 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
         if line:
             culprit, where = line, key
             break
-    died = dead_rank([_TAG.sub("", line) for line in stderr_tail])
+    untagged = [_TAG.sub("", line) for line in stderr_tail]
+    died = peer_lost or dead_rank(untagged) or lost_peer(untagged, peers or {})
     if signal_name:
         headline = f"{program} was stopped by {signal_name}"
     elif died:

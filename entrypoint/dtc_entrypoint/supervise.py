@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import psutil
@@ -40,11 +40,13 @@ class RunResult:
         returncode: the exit status; negative ``-N`` when killed by signal N (``subprocess``).
         stderr_tail: the last ``STDERR_TAIL_LINES`` lines it wrote to stderr (already echoed).
         signal_received: the first signal the entrypoint forwarded, if any.
+        peer_lost: why ``watch`` ended the command (another host gone), if it did.
     """
 
     returncode: int
     stderr_tail: tuple[str, ...]
     signal_received: int | None = None
+    peer_lost: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -89,12 +91,16 @@ def stop_services(services: Sequence[subprocess.Popen], grace_s: float = 10.0) -
 
 
 def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s: float = 110.0,
-        services: Sequence[subprocess.Popen] = ()) -> RunResult:
+        services: Sequence[subprocess.Popen] = (),
+        watch: Callable[[Callable[[], bool]], str | None] | None = None) -> RunResult:
     """Runs ``argv`` (no shell) with ``os.environ`` plus ``env`` in ``workdir`` and waits.
 
     stdout is inherited (no copy, no buffering); stderr passes through a pipe so its tail can
     name the error. Signals received go to the command only; ``services`` are stopped
-    (``stop_services``) when the command has exited. Returns then.
+    (``stop_services``) when the command has exited. ``watch(done)``, if given, runs beside the
+    command (``done()`` turns true when it has exited) and returns why the job cannot go on
+    (another host gone) or ``None``: the command's processes are then killed, and the reason is
+    the result's ``peer_lost``. Returns when the command has exited.
 
     Raises:
         FileNotFoundError / PermissionError: the command cannot be executed.
@@ -112,7 +118,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
         if not children:   # not started yet: it gets the signal as soon as it is
             return
         if not killer:
-            timer = threading.Timer(kill_after_s, _kill_group, args=(children[0].pid,))
+            timer = threading.Timer(kill_after_s, _kill_after_grace, args=(children[0].pid,))
             timer.daemon = True
             timer.start()
             killer.append(timer)
@@ -137,6 +143,16 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
     pump.start()
     if received:
         forward(received[0], None)
+    lost: list[str] = []
+    if watch is not None:
+        def watcher():
+            reason = watch(lambda: child.poll() is not None)
+            if reason and child.poll() is None:
+                lost.append(reason)
+                log.error("%s: ending the training processes", reason)
+                _kill_group(child.pid)
+
+        threading.Thread(target=watcher, daemon=True).start()
     try:
         returncode = child.wait()
     finally:
@@ -146,7 +162,12 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
             timer.cancel()
         stop_services(services)
     pump.join(timeout=10)
-    return RunResult(returncode, tuple(tail), received[0] if received else None)
+    return RunResult(returncode, tuple(tail), received[0] if received else None, lost[0] if lost else None)
+
+
+def _kill_after_grace(pid: int) -> None:
+    log.error("training processes still running after the grace period: killing them")
+    _kill_group(pid)
 
 
 def _signal_group(pid: int, signum: int) -> None:
@@ -157,7 +178,7 @@ def _signal_group(pid: int, signum: int) -> None:
 
 
 def _kill_group(pid: int) -> None:
-    log.error("training processes still running after the grace period: killing them")
+    """SIGKILL to the command's process group and every descendant."""
     try:
         descendants = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
