@@ -3,12 +3,11 @@
 SageMaker stops a job (StopTrainingJob, MaxRuntimeInSeconds, a managed-spot interruption) by
 sending SIGTERM to the container and SIGKILL 120 s later (SageMaker docs: "Stop a training
 job"; ``train`` passes the signal to every rank on every host). A built-in trainer does not die
-of it: ``StopRequest`` notes the signal, the training loop finishes the step under way, the
-ranks agree that one of them was asked (``agreed``, a sum over ranks every
-``AGREE_EVERY_STEPS`` steps, so that all stop after the same step and no collective is left
-waiting), rank 0 writes the checkpoint, and every rank
-exits with ``128 + signal`` (143 for SIGTERM): the job is reported as stopped, and a restart
-resumes from that step.
+of it: ``StopRequest`` notes the signal, the training loop goes on until the ranks agree that
+one of them was asked (``agreed``, a sum over ranks every ``AGREE_EVERY_STEPS`` steps, so that
+all stop after the same step and no collective is left waiting), rank 0 writes the checkpoint,
+and every rank exits with ``128 + signal`` (143 for SIGTERM): the job is reported as stopped,
+and a restart resumes from that step.
 
 Also here: when to write a checkpoint on a schedule (``Schedule``, the ``checkpoint-every``
 hyperparameter).

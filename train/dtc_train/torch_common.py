@@ -4,7 +4,7 @@ from them, and the saved model.
 
 Checkpoints: rank 0 writes ``<checkpoint-dir>/checkpoint.pt`` atomically (``common.atomic_write``:
 staged outside the directory, fsync, rename) on the ``checkpoint-every`` schedule (default every
-epoch), at the end, and when the job is stopped (``stop.StopRequest``: after the step under way).
+epoch), at the end, and when the job is stopped (``stop.StopRequest``: within 10 steps).
 One file holds everything a restart needs to go on as if it had not stopped: the position
 (epochs done, steps done in the next), the model, the optimizer, rank 0's RNG, the epoch's
 training sums so far, and every rank's DALI reader and RNG state (DALI checkpointing, gathered
