@@ -205,6 +205,27 @@ def test_a_rank_killed_on_a_worker_host_ends_every_host_within_a_minute(tmp_path
     assert not result["hosts"]["algo-1"]["model"] and not result["hosts"]["algo-2"]["model"]
 
 
+def test_a_host_fault_injected_at_a_step_ends_the_job_naming_the_host(tmp_path):
+    """DTC_FAULT="host=algo-2 step=30" (dtc_train.fault): algo-2's processes are all killed after
+    step 30, as when its instance dies; the master names the host within a minute, and algo-2's
+    own train, which outlives them as PID 1, fails too."""
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({"environment": {"DTC_FAULT": "host=algo-2 step=30"}, "peer_grace_s": 90}))
+    done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file), "--distribution", "mpi",
+                               "--processes-per-host", "2", "--program", "builtin:pytorch", "-p", "epochs=10",
+                               timeout_s=400)
+    ended = time.time()
+    log = done.stdout + done.stderr
+    stamps = [stamp for stamp, rank, _ in FAULT_LINE.findall(log) if rank in ("2", "3")]
+    assert stamps, log[-4000:]
+    assert ended - datetime.strptime(min(stamps), "%Y-%m-%d %H:%M:%S,%f").timestamp() < 60, log[-4000:]
+    assert result["hosts"]["algo-1"]["exit_code"] != 0
+    assert result["hosts"]["algo-1"]["failure"].startswith("host algo-2 stopped answering"), log[-4000:]
+    assert result["hosts"]["algo-2"]["exit_code"] != 0, log[-4000:]
+    assert result["hosts"]["algo-2"]["failure"].startswith("host algo-2: DTC_FAULT killed every process of this host "
+                                                            "but train after step 30"), log[-4000:]
+
+
 @pytest.mark.parametrize("case", ["mpi-pytorch", "torchrun-ddp", "multi-worker-mirrored", "parameter-server"])
 def test_a_killed_worker_container_ends_the_job_within_a_minute(case, tmp_path):
     """`podman kill` of algo-2's container mid-epoch (a host that dies): the master notices (mpirun's

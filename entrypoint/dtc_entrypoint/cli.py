@@ -142,6 +142,9 @@ def run_job(plan_only: bool) -> int:
             if stop:
                 report.write_failure(config.output_dir, f"{prog.name} was stopped by {signal.Signals(stop).name}\n")
                 return 128 + stop
+            if os.path.exists(os.path.join(config.output_dir, "failure")):   # written here during the job
+                log.error("training failed on this host: see %s", os.path.join(config.output_dir, "failure"))
+                return EXIT_INTERNAL_ERROR
             failed = rank_shim.recorded_failures()   # a rank here died or failed: say so here too
             if failed:
                 report.write_failure(config.output_dir, failed[0]["text"] + "\n\nThe master host's failure file "

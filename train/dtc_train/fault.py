@@ -1,14 +1,22 @@
-"""Fault injection for tests and rehearsals: make one rank die at a chosen training step, the
-way a crash, ``kill -9`` or the kernel's OOM killer would, to see how the whole job reacts.
+"""Fault injection for tests and rehearsals: make one rank, or a whole host, die at a chosen
+training step, the way a crash, ``kill -9``, the kernel's OOM killer or a lost instance would,
+to see how the whole job reacts.
 
 Set ``DTC_FAULT`` in the job's environment (an estimator's ``environment``, ``make cluster``'s
-job file, or ``docker run -e``), e.g. ``DTC_FAULT="rank=3 step=20 signal=KILL"``: the built-in
-trainers' rank 3 sends itself SIGKILL after the job's 20th optimizer step (counted over epochs
-from 1, and over restarts: a job resumed past step 20 is not struck again; the parameter-server
-chief schedules its steps on the workers and counts none). Keys:
-``rank`` (global rank, required), ``step`` (required), ``signal`` (a name without ``SIG``:
-``KILL`` by default, ``SEGV``, ``TERM``, ...) or ``exit`` (an exit code instead of a signal). Ranks other than ``rank`` are unaffected. To take a whole host down, stop its container
-from outside (``podman kill``/``docker kill``; tests/test_cluster.py does).
+job file, or ``docker run -e``):
+
+- ``DTC_FAULT="rank=3 step=20 signal=KILL"``: the built-in trainers' rank 3 sends itself SIGKILL
+  after the job's 20th optimizer step. ``signal`` is a name without ``SIG`` (``KILL`` by default,
+  ``SEGV``, ``TERM``, ...); ``exit=N`` exits with code N instead. Other ranks are unaffected.
+- ``DTC_FAULT="host=algo-2 step=20"``: after step 20 the ranks on host ``algo-2`` kill every
+  process of that host's container with SIGKILL (its ranks, ``orted``, ``sshd``, servers)
+  except its PID 1, ``train``: to the other hosts the host is gone, as when an instance dies.
+  Only in a container whose PID 1 is ``train`` (refused elsewhere, where it would hit the
+  machine's own processes); to remove the container itself, ``podman kill`` / ``docker kill``
+  it from outside (tests/test_cluster.py does both).
+
+Steps count over epochs from 1, and over restarts: a job resumed past step 20 is not struck
+again. The parameter-server chief schedules its steps on the workers and counts none.
 
 Raises ``ValueError`` naming ``DTC_FAULT`` when the value does not parse.
 """
@@ -24,42 +32,79 @@ ENV = "DTC_FAULT"
 
 @dataclass(frozen=True)
 class Fault:
-    """One injected fault: ``rank`` dies after global step ``step`` by ``signal`` or ``exit_code``."""
+    """One injected fault: ``rank`` (or every rank on ``host``) strikes after global step ``step``,
+    by ``signal`` or ``exit_code`` (a rank) or by killing the host's processes (a host)."""
 
-    rank: int
+    rank: int | None
     step: int
     signal: signal.Signals | None = signal.SIGKILL
     exit_code: int | None = None
+    host: str | None = None
 
-    def strike(self) -> None:
-        """Ends this process as configured (does not return)."""
+    def describe(self) -> str:
+        if self.host:
+            return f"killing every process of host {self.host} but its train"
+        return self.signal.name if self.signal else f"exit {self.exit_code}"
+
+    def strike(self, step: int) -> None:
+        """Ends this process (and, for a host fault, the host's others) as configured; does not
+        return. A host fault first writes the host's failure file (``train`` outlives the others
+        and reports it)."""
+        if self.host:
+            from . import common, contract  # noqa: PLC0415
+
+            failure = os.path.join(contract.output_dir(), "failure")
+            if not os.path.exists(failure):
+                common.write_text(failure, f"host {self.host}: {ENV} killed every process of this host but train after "
+                                           f"step {step} (an injected host failure)\n")
+            _kill_container_processes()
         if self.exit_code is not None:
             os._exit(self.exit_code)
         os.kill(os.getpid(), self.signal)
 
 
+def _kill_container_processes() -> None:
+    import psutil  # noqa: PLC0415
+
+    init = psutil.Process(1)
+    command = init.cmdline()   # the image's entry runs `python -m dtc_entrypoint`; an installed `train` script too
+    if "dtc_entrypoint" not in command and not any(os.path.basename(part) == "train" for part in command[:2]):
+        raise RuntimeError(f"{ENV} host=...: PID 1 is not train ({' '.join(command)[:80]}): host faults only run in the "
+                           "job's container, where they cannot reach the machine's own processes")
+    for process in init.children(recursive=True):
+        if process.pid != os.getpid():
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
 def parse(text: str) -> Fault:
-    """``"rank=R step=S [signal=NAME | exit=N]"`` (spaces or commas between keys)."""
+    """``"rank=R step=S [signal=NAME | exit=N]"`` or ``"host=H step=S"`` (spaces or commas between keys)."""
     fields = dict(item.split("=", 1) for item in text.replace(",", " ").split() if "=" in item)
-    unknown = set(fields) - {"rank", "step", "signal", "exit"}
+    unknown = set(fields) - {"rank", "host", "step", "signal", "exit"}
     try:
-        if unknown or not {"rank", "step"} <= set(fields) or {"signal", "exit"} <= set(fields):
+        if (unknown or "step" not in fields or len({"rank", "host"} & set(fields)) != 1
+                or {"signal", "exit"} <= set(fields) or ("host" in fields and {"signal", "exit"} & set(fields))):
             raise ValueError
-        exit_code = int(fields["exit"]) if "exit" in fields else None
-        sig = None if exit_code is not None else signal.Signals["SIG" + fields.get("signal", "KILL").upper()]
-        fault = Fault(rank=int(fields["rank"]), step=int(fields["step"]), signal=sig, exit_code=exit_code)
+        if "host" in fields:
+            fault = Fault(rank=None, step=int(fields["step"]), host=fields["host"])
+        else:
+            exit_code = int(fields["exit"]) if "exit" in fields else None
+            sig = None if exit_code is not None else signal.Signals["SIG" + fields.get("signal", "KILL").upper()]
+            fault = Fault(rank=int(fields["rank"]), step=int(fields["step"]), signal=sig, exit_code=exit_code)
     except (ValueError, KeyError):
         raise ValueError(f"{ENV}={text!r} does not parse: use 'rank=R step=S' with optional 'signal=KILL' "
-                         "(or another signal name) or 'exit=N'") from None
-    if fault.step < 1 or fault.rank < 0:
+                         "(or another signal name) or 'exit=N', or 'host=H step=S'") from None
+    if fault.step < 1 or (fault.rank is not None and fault.rank < 0):
         raise ValueError(f"{ENV}={text!r}: rank must be >= 0 and step >= 1")
     return fault
 
 
-def for_rank(rank: int) -> Fault | None:
-    """The fault ``DTC_FAULT`` asks of ``rank``, or ``None``."""
+def for_rank(rank: int, host: str) -> Fault | None:
+    """The fault ``DTC_FAULT`` asks of ``rank`` running on ``host``, or ``None``."""
     text = os.environ.get(ENV, "").strip()
     if not text:
         return None
     fault = parse(text)
-    return fault if fault.rank == rank else None
+    return fault if fault.rank == rank or (fault.host is not None and fault.host == host) else None

@@ -40,7 +40,7 @@ import time
 
 import psutil
 
-from . import common, fault
+from . import common, contract, fault
 
 PROGRESS_LINE = "progress epoch={epoch}/{epochs} step={step}/{steps} samples_per_second={rate:.1f} eta_seconds={eta:.0f}"
 SCALARS = {"train_loss": "train/loss", "train_accuracy": "train/accuracy", "val_loss": "validation/loss",
@@ -66,7 +66,7 @@ class Observer:
                  strategy: str):
         reporting = rank == 0
         self.args, self.reporting, self.world_size = args, reporting, world_size
-        self.fault = fault.for_rank(rank)
+        self.fault = fault.for_rank(rank, contract.current_host())
         self._global_step = 0
         self.steps_per_epoch, self.global_batch, self.strategy = steps_per_epoch, global_batch, strategy
         self.process_start = psutil.Process().create_time()
@@ -99,8 +99,8 @@ class Observer:
         self._global_step += 1
         if self.fault and self._global_step == self.fault.step:
             common.log.warning("%s: ending this rank after step %d (%s)", fault.ENV, self._global_step,
-                               self.fault.signal.name if self.fault.signal else f"exit {self.fault.exit_code}")
-            self.fault.strike()
+                               self.fault.describe())
+            self.fault.strike(self._global_step)
         if not self.reporting or self.args.progress_seconds <= 0:
             return
         now = time.time()
