@@ -183,17 +183,22 @@ def test_a_two_host_job_stopped_mid_epoch_exits_143_on_every_host_and_resumes(ca
     assert sorted(digests) == list(range(world_size)) and len(set(digests.values())) == 1
 
 
+def run_mpi_job_with_fault(tmp_path, fault: str) -> tuple[float, str, dict]:
+    """A two-host MPI job (2 ranks per host, builtin:pytorch) with DTC_FAULT set, the hosts given
+    90 s to exit on their own. Returns (end time, log, result.json)."""
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({"environment": {"DTC_FAULT": fault}, "peer_grace_s": 90}))
+    done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file), "--distribution", "mpi",
+                               "--processes-per-host", "2", "--program", "builtin:pytorch", "-p", "epochs=10",
+                               timeout_s=400)
+    return time.time(), done.stdout + done.stderr, result
+
+
 def test_a_rank_killed_on_a_worker_host_ends_every_host_within_a_minute(tmp_path):
     """Rank 3 (on algo-2) dies of SIGKILL mid-epoch (DTC_FAULT: what the OOM killer does). The
     hosts are given 90 s before the harness would stop them, so each must exit on its own; the
     master's failure names the rank, the host and the signal."""
-    job_file = tmp_path / "job.json"
-    job_file.write_text(json.dumps({"environment": {"DTC_FAULT": "rank=3 step=30 signal=KILL"}, "peer_grace_s": 90}))
-    done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file), "--distribution", "mpi",
-                               "--processes-per-host", "2", "--program", "builtin:pytorch", "-p", "epochs=10",
-                               timeout_s=400)
-    ended = time.time()
-    log = done.stdout + done.stderr
+    ended, log, result = run_mpi_job_with_fault(tmp_path, "rank=3 step=30 signal=KILL")
     [(stamp, rank, _)] = FAULT_LINE.findall(log)
     assert rank == "3"
     assert ended - datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp() < 60, log[-4000:]
@@ -209,13 +214,7 @@ def test_a_host_fault_injected_at_a_step_ends_the_job_naming_the_host(tmp_path):
     """DTC_FAULT="host=algo-2 step=30" (dtc_train.fault): algo-2's processes are all killed after
     step 30, as when its instance dies; the master names the host within a minute, and algo-2's
     own train, which outlives them as PID 1, fails too."""
-    job_file = tmp_path / "job.json"
-    job_file.write_text(json.dumps({"environment": {"DTC_FAULT": "host=algo-2 step=30"}, "peer_grace_s": 90}))
-    done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file), "--distribution", "mpi",
-                               "--processes-per-host", "2", "--program", "builtin:pytorch", "-p", "epochs=10",
-                               timeout_s=400)
-    ended = time.time()
-    log = done.stdout + done.stderr
+    ended, log, result = run_mpi_job_with_fault(tmp_path, "host=algo-2 step=30")
     stamps = [stamp for stamp, rank, _ in FAULT_LINE.findall(log) if rank in ("2", "3")]
     assert stamps, log[-4000:]
     assert ended - datetime.strptime(min(stamps), "%Y-%m-%d %H:%M:%S,%f").timestamp() < 60, log[-4000:]
