@@ -15,6 +15,7 @@ hyperparameter).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -37,6 +38,16 @@ class Stopped(Exception):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+    @classmethod
+    def after_checkpoint(cls, signum: int, epoch: int, step: int, checkpoint_dir: str, announce: bool) -> Stopped:
+        """The exception to raise once the stop's checkpoint (after ``step`` of ``epoch``, 1-based)
+        is in ``checkpoint_dir``; the reporting rank (``announce``) logs it."""
+        stopped = cls(signum)
+        if announce:
+            logging.getLogger("dtc.train").warning("%s after step %d of epoch %d: checkpoint written to %s", stopped,
+                                                   step, epoch, checkpoint_dir)
+        return stopped
 
 
 class StopRequest:

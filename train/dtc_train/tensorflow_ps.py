@@ -113,10 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                     coordinator.join()   # every step scheduled so far is done
                     save(epoch_number - 1, step_number)
                 if stop_request.signum:
-                    stopped = stop.Stopped(stop_request.signum)
-                    common.log.warning("%s after step %d of epoch %d: checkpoint written to %s", stopped, step_number,
-                                       epoch_number, args.checkpoint_dir)
-                    raise stopped
+                    raise stop.Stopped.after_checkpoint(stop_request.signum, epoch_number, step_number,
+                                                        args.checkpoint_dir, announce=True)
             coordinator.join()
             observer.end_training_steps()
             local.set_weights(model.get_weights())

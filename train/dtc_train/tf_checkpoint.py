@@ -76,7 +76,7 @@ class StopAndCheckpoint(keras.callbacks.Callback):
         args: the parsed hyperparameters (``checkpoint_dir``, ``checkpoint_every``, ``epochs``).
         stop_request: this process's ``stop.StopRequest``.
         sum_over_workers: sums a float over all workers (an all-reduce; called by every worker
-            after every step).
+            at the same steps, ``stop.StopRequest.agreed``).
         is_chief: whether this worker writes.
         steps_per_epoch: optimizer steps per epoch.
         first_step: steps of the first epoch of this ``fit`` done before a restart
@@ -107,11 +107,8 @@ class StopAndCheckpoint(keras.callbacks.Callback):
         if signum or self.args.checkpoint_every.due_after_step(global_step):
             self.save(self.epoch, step)
         if signum:
-            stopped = stop.Stopped(signum)
-            if self.is_chief:
-                common.log.warning("%s after step %d of epoch %d: checkpoint written to %s", stopped, step,
-                                   self.epoch + 1, self.args.checkpoint_dir)
-            raise stopped
+            raise stop.Stopped.after_checkpoint(signum, self.epoch + 1, step, self.args.checkpoint_dir,
+                                                announce=self.is_chief)
 
     def on_epoch_end(self, epoch, logs=None):
         self.first_step = 0

@@ -231,11 +231,7 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
             if signum or schedule.due_after_step(global_step):
                 save(epoch - 1, step, sums)
             if signum:
-                stopped = stop.Stopped(signum)
-                if rank == 0:
-                    common.log.warning("%s after step %d of epoch %d: checkpoint written to %s", stopped, step, epoch,
-                                       args.checkpoint_dir)
-                raise stopped
+                raise stop.Stopped.after_checkpoint(signum, epoch, step, args.checkpoint_dir, announce=rank == 0)
         loss_sum, correct, count = collectives.allreduce_sum(sums, "train_sums").tolist()
         observer.end_training_steps()
         val_loss, val_accuracy, val_count = evaluate(model, val_batches, data.val_shard, collectives)
