@@ -38,10 +38,14 @@ class PeerError(TimeoutError):
     form). The message names the host and the variable that sets the wait."""
 
 
-class StoppedBeforeLaunch(Exception):
+class StoppedBeforeLaunch(BaseException):
     """SIGTERM/SIGINT reached ``train`` before the training processes started (reading the
     config, fetching the code, installing its requirements, waiting for the other hosts):
     the job is stopped there, with exit code ``128 + signum``.
+
+    A ``BaseException``, like ``KeyboardInterrupt``, because the signal handler raises it
+    wherever the main thread is, and code that catches ``Exception`` would swallow it: a stop
+    arriving while ``logging`` wrote a line was lost that way, and ``train`` went on waiting.
 
     Attributes:
         signum: the signal.
