@@ -62,6 +62,21 @@ def run_train(base_dir: Path, *args: str, env: dict | None = None, timeout_s: fl
     return TrainResult(done.returncode, done.stdout, done.stderr, base_dir)
 
 
+def processes_of_job(base_dir: Path) -> list[str]:
+    """Processes still running for the job at ``base_dir`` (every process ``train`` starts has
+    its ``SAGEMAKER_BASE_DIR``), as ``pid cmdline`` strings."""
+    import psutil  # noqa: PLC0415
+
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.pid != os.getpid() and process.environ().get("SAGEMAKER_BASE_DIR") == str(base_dir):
+                found.append(f"{process.pid} {' '.join(process.cmdline())}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
 @pytest.fixture
 def make_job(tmp_path):
     """Writes a job tree: make_job(hyperparameters, encoding=..., hosts=..., channels=...)."""

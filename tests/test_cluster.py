@@ -183,30 +183,42 @@ def test_a_two_host_job_stopped_mid_epoch_exits_143_on_every_host_and_resumes(ca
     assert sorted(digests) == list(range(world_size)) and len(set(digests.values())) == 1
 
 
-def run_mpi_job_with_fault(tmp_path, fault: str) -> tuple[float, str, dict]:
-    """A two-host MPI job (2 ranks per host, builtin:pytorch) with DTC_FAULT set, the hosts given
-    90 s to exit on their own. Returns (end time, log, result.json)."""
+def run_job_with_fault(tmp_path, fault: str, case: str = "mpi-pytorch") -> tuple[float, str, dict]:
+    """A two-host job of ``case`` (CASES) with DTC_FAULT set, the hosts given 90 s to exit on
+    their own. Returns (end time, log, result.json)."""
     job_file = tmp_path / "job.json"
     job_file.write_text(json.dumps({"environment": {"DTC_FAULT": fault}, "peer_grace_s": 90}))
-    done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file), "--distribution", "mpi",
-                               "--processes-per-host", "2", "--program", "builtin:pytorch", "-p", "epochs=10",
-                               timeout_s=400)
+    args, _, _ = CASES[case]
+    done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file), *args, "-p", "epochs=10", timeout_s=400)
     return time.time(), done.stdout + done.stderr, result
 
 
-def test_a_rank_killed_on_a_worker_host_ends_every_host_within_a_minute(tmp_path):
-    """Rank 3 (on algo-2) dies of SIGKILL mid-epoch (DTC_FAULT: what the OOM killer does). The
-    hosts are given 90 s before the harness would stop them, so each must exit on its own; the
-    master's failure names the rank, the host and the signal."""
-    ended, log, result = run_mpi_job_with_fault(tmp_path, "rank=3 step=30 signal=KILL")
-    [(stamp, rank, _)] = FAULT_LINE.findall(log)
-    assert rank == "3"
+# the last rank, on algo-2, killed; what the master's failure file says first
+RANK_KILLED = {
+    "mpi-pytorch": (3, "rank 3 on host algo-2 was killed by SIGKILL (SIGKILL is what the kernel's out-of-memory "
+                       "killer sends"),
+    "torchrun-ddp": (3, "host algo-2 stopped answering: the connection to its ranks was lost"),   # Gloo, on algo-1
+    "multi-worker-mirrored": (1, "host algo-2 stopped answering: TensorFlow"),
+}
+
+
+@pytest.mark.parametrize("case", list(RANK_KILLED))
+def test_a_rank_killed_on_a_worker_host_ends_every_host_within_a_minute(case, tmp_path):
+    """The last rank (on algo-2) dies of SIGKILL mid-epoch (DTC_FAULT: what the OOM killer
+    does). The hosts are given 90 s before the harness would stop them, so each must exit on
+    its own within a minute; the master's failure names the rank and host under MPI (mpirun
+    sees every rank), else the host (the master's ranks only see their connections to it
+    close), and algo-2's names the rank and the signal."""
+    rank, expected = RANK_KILLED[case]
+    ended, log, result = run_job_with_fault(tmp_path, f"rank={rank} step=30 signal=KILL", case)
+    [(stamp, killed_rank, _)] = FAULT_LINE.findall(log)
+    assert killed_rank == str(rank)
     assert ended - datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp() < 60, log[-4000:]
     assert result["hosts"]["algo-1"]["exit_code"] != 0
-    assert result["hosts"]["algo-1"]["failure"].startswith("rank 3 on host algo-2 was killed by SIGKILL (SIGKILL is "
-                                                            "what the kernel's out-of-memory killer sends"), log[-4000:]
-    assert result["hosts"]["algo-2"]["exit_code"] == 137
-    assert result["hosts"]["algo-2"]["failure"].startswith("rank 3 on host algo-2 was killed by SIGKILL")
+    assert result["hosts"]["algo-1"]["failure"].startswith(expected), log[-4000:]
+    assert result["hosts"]["algo-2"]["exit_code"] != 0, log[-4000:]
+    assert re.match(rf"(rank {rank} on host algo-2|builtin:tensorflow) was killed by SIGKILL",
+                    result["hosts"]["algo-2"]["failure"]), log[-4000:]
     assert not result["hosts"]["algo-1"]["model"] and not result["hosts"]["algo-2"]["model"]
 
 
@@ -214,7 +226,7 @@ def test_a_host_fault_injected_at_a_step_ends_the_job_naming_the_host(tmp_path):
     """DTC_FAULT="host=algo-2 step=30" (dtc_train.fault): algo-2's processes are all killed after
     step 30, as when its instance dies; the master names the host within a minute, and algo-2's
     own train, which outlives them as PID 1, fails too."""
-    ended, log, result = run_mpi_job_with_fault(tmp_path, "host=algo-2 step=30")
+    ended, log, result = run_job_with_fault(tmp_path, "host=algo-2 step=30")
     stamps = [stamp for stamp, rank, _ in FAULT_LINE.findall(log) if rank in ("2", "3")]
     assert stamps, log[-4000:]
     assert ended - datetime.strptime(min(stamps), "%Y-%m-%d %H:%M:%S,%f").timestamp() < 60, log[-4000:]
@@ -225,15 +237,29 @@ def test_a_host_fault_injected_at_a_step_ends_the_job_naming_the_host(tmp_path):
                                                             "but train after step 30"), log[-4000:]
 
 
+# what each strategy's surviving host says of the killed one (its failure file's first line)
+LOST_MASTER = {
+    "mpi-pytorch": "host algo-1 stopped answering: mpirun's daemon here lost it and ended rank 2, 3",
+    "torchrun-ddp": "host algo-1 stopped answering",
+    "multi-worker-mirrored": "host algo-1 stopped answering: TensorFlow",
+    "parameter-server": "host algo-1 stopped answering: its parameter server (algo-1:2223) closed",
+}
+
+
+@pytest.mark.parametrize("killed", ["algo-2", "algo-1"], ids=["worker", "master"])
 @pytest.mark.parametrize("case", ["mpi-pytorch", "torchrun-ddp", "multi-worker-mirrored", "parameter-server"])
-def test_a_killed_worker_container_ends_the_job_within_a_minute(case, tmp_path):
-    """`podman kill` of algo-2's container mid-epoch (a host that dies): the master notices (mpirun's
-    lost daemon, Gloo's reset connection, TensorFlow's missing heartbeats, or, for the
-    parameter-server chief, which would wait for the worker forever, `train`'s own watch of the
-    other hosts' servers), exits non-zero within a minute and names the host."""
+def test_a_killed_container_ends_the_job_within_a_minute(case, killed, tmp_path):
+    """`podman kill` of one host's container mid-epoch (a host that dies). A killed worker: the
+    master notices (mpirun's lost daemon, Gloo's reset connection, TensorFlow's missing
+    heartbeats, or, for the parameter-server chief, which would wait for the worker forever,
+    `train`'s own watch of the other hosts' servers). A killed master: the worker host notices
+    (its watch of the master's sshd under MPI, its ranks' lost connections, or the master's
+    parameter server closing without the end notice). Either way the survivor exits non-zero
+    within a minute, names the lost host, and leaves no training process behind."""
     args, _, _ = CASES[case]
+    survivor = "algo-1" if killed == "algo-2" else "algo-2"
     job = tmp_path / "job"
-    job_file = tmp_path / "job.json"      # the master must exit on its own, not be stopped by the harness
+    job_file = tmp_path / "job.json"      # the survivor must exit on its own, not be stopped by the harness
     job_file.write_text(json.dumps({"peer_grace_s": 90}))
     cluster = subprocess.Popen(
         [sys.executable, "-m", "dtc_local.cluster", "--job-file", str(job_file), "--image", IMAGE, "--instance-count",
@@ -244,15 +270,19 @@ def test_a_killed_worker_container_ends_the_job_within_a_minute(case, tmp_path):
         lines.append(line)
         if "epoch=1/60 " in line:
             break
-    killed = subprocess.run(["podman", "kill", "algo-2"], capture_output=True, text=True, env=podman_env())
+    killed_run = subprocess.run(["podman", "kill", killed], capture_output=True, text=True, env=podman_env())
     killed_at = time.monotonic()
     log = "".join(lines) + cluster.communicate(timeout=120)[0]
-    assert killed.returncode == 0, killed.stderr
-    assert time.monotonic() - killed_at < 60, log[-4000:]
+    elapsed_s = time.monotonic() - killed_at
+    print(f"{case}: {survivor} ended {elapsed_s:.1f} s after {killed} was killed")
+    assert killed_run.returncode == 0, killed_run.stderr
+    assert elapsed_s < 60, log[-4000:]
     result = json.loads((job / "result.json").read_text())
-    assert result["hosts"]["algo-1"]["exit_code"] != 0, log[-4000:]
-    assert result["hosts"]["algo-1"]["failure"].startswith("host algo-2 stopped answering"), log[-4000:]
-    assert result["hosts"]["algo-2"]["exit_code"] == 137           # SIGKILL
+    assert result["hosts"][survivor]["exit_code"] != 0, log[-4000:]
+    expected = "host algo-2 stopped answering" if killed == "algo-2" else LOST_MASTER[case]
+    assert result["hosts"][survivor]["failure"].startswith(expected), log[-4000:]
+    assert result["hosts"][killed]["exit_code"] == 137           # SIGKILL
+    assert not result["hosts"]["algo-1"]["model"] and not result["hosts"]["algo-2"]["model"]
 
 
 CONTAINER = str(REPO / "scripts" / "container.sh")

@@ -12,7 +12,7 @@ from datetime import datetime
 
 import pytest
 
-from conftest import run_train
+from conftest import processes_of_job, run_train
 from dtc_train import fault
 from test_trainers_e2e import _job
 
@@ -62,3 +62,4 @@ def test_a_rank_killed_mid_epoch_ends_the_job_naming_rank_host_and_signal(strate
     assert ended - killed < 60, f"the job took {ended - killed:.0f} s to end after the rank died"
     assert not (root / "model" / "model.pth").exists()          # no model from a job that failed
     assert os.path.exists(root / "output" / "failure")
+    assert processes_of_job(root) == []                          # no rank, launcher or DALI worker left behind

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import BIN, PROGRAMS, copy_programs
+from conftest import BIN, PROGRAMS, copy_programs, processes_of_job
 
 
 @pytest.mark.parametrize("mpi_processes, save_seconds", [(None, 0), (2, 0), (None, 8), (2, 8)])
@@ -40,6 +40,7 @@ def test_sigterm_reaches_every_training_process(make_job, source_dir, mpi_proces
         assert (data / f"sigterm-{rank}").read_text() == "SIGTERM"
     assert (root / "output" / "failure").read_text().splitlines()[0] == "wait_for_sigterm.py was stopped by SIGTERM"
     assert not (root / "output" / "success").exists()
+    assert processes_of_job(root) == []
 
 
 def test_a_stop_before_training_starts_ends_the_job_there_and_says_so(make_job, source_dir):

@@ -57,6 +57,8 @@ def test_ports_are_configurable(make_job, tmp_path):
         strategy.ports_from({"DTC_TF_PS_PORT": "70000"})
     with pytest.raises(ConfigError, match="DTC_TF_TASK_PORT and DTC_TF_PS_PORT"):
         strategy.ports_from({"DTC_TF_PS_PORT": "2222"})
+    with pytest.raises(ConfigError, match="DTC_TF_END_PORT is 2223"):
+        strategy.ports_from({"DTC_TF_END_PORT": "2223"})
 
 
 def test_multi_worker_mirrored_strategy_writes_the_worker_list(make_job, tmp_path):
@@ -87,7 +89,8 @@ def test_parameter_server_puts_the_chief_on_the_master_and_servers_everywhere(ma
     assert ps0["env"]["CUDA_VISIBLE_DEVICES"] == ""
     assert other["role"] == "tf-server" and other["tasks"] == ["worker:0", "ps:1"]
     assert other["tf_config"]["task"] == {"index": 0, "type": "worker"} and other["tf_config"]["cluster"] == cluster
-    assert other["argv"][1:] == ["-m", "dtc_entrypoint.tf_server", "--until-closed", "algo-1:2223"]
+    assert other["argv"][1:] == ["-m", "dtc_entrypoint.tf_server", "--until-closed", "algo-1:2223", "--end-port", "2225"]
+    assert chief["end_notice"] == ["algo-2:2225"] and other["end_notice"] == []   # the chief's word that it ended
     assert json.loads(other["services"][0]["env"]["TF_CONFIG"])["task"] == {"index": 1, "type": "ps"}
 
 

@@ -105,6 +105,37 @@ def _tf_peer_watch(plan: launch.LaunchPlan, current_host: str):
     return watch
 
 
+def _serve_mpi_worker(config: job_config.JobConfig, plan: launch.LaunchPlan, program_name: str) -> int:
+    """An MPI worker host's part (``mpi_hosts.serve_as_worker``) and its verdict: stopped, a rank
+    here failed (its ``rank_shim`` note), a rank here ended unfinished (the master's mpirun
+    aborted the job), or success. Returns the exit code."""
+    rank_shim.clear_outcomes()
+    stop = mpi_hosts.serve_as_worker(plan.master_host, _env_seconds("DTC_MPI_WORKER_START_TIMEOUT_S", 600))
+    if stop:
+        report.write_failure(config.output_dir, f"{program_name} was stopped by {signal.Signals(stop).name}\n")
+        return 128 + stop
+    if os.path.exists(os.path.join(config.output_dir, "failure")):   # written here during the job
+        log.error("training failed on this host: see %s", os.path.join(config.output_dir, "failure"))
+        return EXIT_INTERNAL_ERROR
+    failed = [note for note in rank_shim.recorded_outcomes() if note["exit_code"]]
+    unfinished = ", ".join(map(str, rank_shim.unfinished(plan.ranks)))
+    if failed or unfinished:
+        if failed:
+            text, code = failed[0]["text"], failed[0]["exit_code"]
+        elif not peers.accepts(plan.master_host, mpi_hosts.SSH_PORT):   # mpirun's daemon lost the master
+            text, code = report.lost_host(plan.master_host, f"mpirun's daemon here lost it and ended rank {unfinished} "
+                                                            "before they finished"), EXIT_PEER_ERROR
+        else:
+            text, code = (f"rank {unfinished} on host {config.current_host} did not finish: mpirun's daemon ended it "
+                          f"because the master's mpirun (host {plan.master_host}) ended the job"), EXIT_INTERNAL_ERROR
+        report.write_failure(config.output_dir, text + "\n\nThe master host's failure file has the job's whole "
+                             "account (its mpirun saw every rank's output).\n")
+        log.error("training failed on this host: %s", text)
+        return code
+    report.write_success(config.output_dir)
+    return 0
+
+
 def run_job(plan_only: bool) -> int:
     """Runs (or with ``plan_only`` prints) this host's part of the job. Returns the exit code."""
     phase = _Phase("reading the job's configuration") if not plan_only else None
@@ -137,22 +168,7 @@ def run_job(plan_only: bool) -> int:
         host_identity.write({k: v for k, v in config.sm_env.items() if k in HOST_SPECIFIC_SM_VARS},
                             host_identity.host_env_file())
         if plan.role == "mpi-worker":
-            rank_shim.clear_failures()
-            stop = mpi_hosts.serve_as_worker(plan.master_host, _env_seconds("DTC_MPI_WORKER_START_TIMEOUT_S", 600))
-            if stop:
-                report.write_failure(config.output_dir, f"{prog.name} was stopped by {signal.Signals(stop).name}\n")
-                return 128 + stop
-            if os.path.exists(os.path.join(config.output_dir, "failure")):   # written here during the job
-                log.error("training failed on this host: see %s", os.path.join(config.output_dir, "failure"))
-                return EXIT_INTERNAL_ERROR
-            failed = rank_shim.recorded_failures()   # a rank here died or failed: say so here too
-            if failed:
-                report.write_failure(config.output_dir, failed[0]["text"] + "\n\nThe master host's failure file "
-                                     "has the job's whole account (its mpirun saw every rank's output).\n")
-                log.error("training failed on this host: %s", failed[0]["text"])
-                return failed[0]["exit_code"]
-            report.write_success(config.output_dir)
-            return 0
+            return _serve_mpi_worker(config, plan, prog.name)
         mpi_hosts.ensure_sshd()
         workers = [h for h in plan.hosts if h != config.current_host]
         mpi_hosts.wait_for_workers(workers, _env_seconds("DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S", 600))
@@ -160,8 +176,10 @@ def run_job(plan_only: bool) -> int:
     services = []
     try:
         services += [supervise.start_service(s.name, s.argv, s.env, plan.workdir) for s in plan.services]
-        result = supervise.run(plan.argv, plan.env, plan.workdir, services=services,
-                               watch=_tf_peer_watch(plan, config.current_host))
+        result = supervise.run(plan.argv, plan.env, plan.workdir, watch=_tf_peer_watch(plan, config.current_host))
+        if plan.end_notice:   # before the parameter servers close: the other hosts' cue
+            peers.send_end_notice(plan.end_notice, 128 + result.signal_received if result.signal_received
+                                  else result.exit_code)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):   # training has ended: a late stop changes nothing
             signal.signal(sig, signal.SIG_IGN)

@@ -69,7 +69,10 @@ def parameter_server_plan(config: JobConfig, program: Program) -> LaunchPlan:
     every host; c.4), which ``ParameterServerStrategy`` rejects. Ending: the chief's host stops
     its parameter server when the program ends; every other host's worker server watches that
     port and leaves when it closes, stopping its own parameter server (the toolkit's hosts poll
-    the master with curl and hung at exit: TF toolkit PR #120). Parameter servers see no GPU.
+    the master with curl and hung at exit: TF toolkit PR #120). Before stopping it, the master's
+    ``train`` sends the chief's exit code to every other host (``end_notice``,
+    ``DTC_TF_END_PORT``), so that the port closing without that word means the master's host was
+    lost. Parameter servers see no GPU.
     """
     hosts = config.distribution_hosts
     cluster = parameter_server_cluster(config)
@@ -92,10 +95,11 @@ def parameter_server_plan(config: JobConfig, program: Program) -> LaunchPlan:
         env = {**base, "TF_CONFIG": json.dumps(task)}
         return LaunchPlan(role="chief", argv=tuple(program_argv(config, program)), env=MappingProxyType(env),
                           tasks=("chief:0",) + tuple(s.name for s in services), tf_config=task,
-                          services=tuple(services), **common)
+                          services=tuple(services), end_notice=tuple(f"{h}:{config.ports.tf_end}" for h in hosts[1:]),
+                          **common)
     task = tf_config(cluster, "worker", index - 1)
     master_ps = cluster["ps"][0]
     env = {**base, "TF_CONFIG": json.dumps(task)}
-    argv = server_argv + ("--until-closed", master_ps)
+    argv = server_argv + ("--until-closed", master_ps, "--end-port", str(config.ports.tf_end))
     return LaunchPlan(role="tf-server", argv=argv, env=MappingProxyType(env), tasks=(f"worker:{index - 1}", f"ps:{index}"),
                       tf_config=task, services=tuple(services), **common)

@@ -4,8 +4,8 @@ SageMaker starts every host's container with ``train``. On the master, mpirun re
 other hosts over ssh (port 22) and starts ORTE's ``orted`` there; a worker host therefore only
 runs sshd and waits, the way sagemaker-training's ``mpi.WorkerRunner`` does, but with bounded
 waits: it leaves when its ``orted`` processes have ended, or when the master's sshd has gone
-away before starting any, instead of polling for a status file for 20 minutes
-(sagemaker-contract.md c.1).
+away before starting any, or while they run, instead of polling for a status file for 20
+minutes (sagemaker-contract.md c.1).
 """
 
 import logging
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import psutil
 
-from . import peers, rank_shim
+from . import peers, rank_shim, report
 from .errors import PeerError
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 SSH_PORT = 22
 POLL_S = 1.0
 MASTER_CHECK_EVERY_S = 5.0
+MASTER_LOST_CHECKS = 3   # a master whose sshd refuses this many checks in a row is gone
 
 
 def ensure_sshd() -> None:
@@ -52,10 +53,27 @@ def _orted() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "orted"]
 
 
+def _end_local_ranks() -> None:
+    """SIGKILL to whatever is left of this host's ranks: ``orted`` and every process started for
+    a rank (``OMPI_COMM_WORLD_RANK`` in its environment: the shim, its program, the program's
+    own children), wherever it was reparented (a shim killed by ``orted`` leaves its program
+    behind, possibly blocked in a collective)."""
+    for process in psutil.process_iter(["name"]):
+        try:
+            if process.info["name"] == "orted" or "OMPI_COMM_WORLD_RANK" in process.environ():
+                process.kill()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+
+
 def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[], float] = time.monotonic
                     ) -> int | None:
     """Runs sshd, waits for the master's mpirun to start ``orted`` here, and returns once every
-    ``orted`` has exited.
+    ``orted`` has exited, killing what its ranks left behind.
+
+    While ``orted`` runs, the master's sshd is checked every ``MASTER_CHECK_EVERY_S``: a master
+    that refuses ``MASTER_LOST_CHECKS`` checks in a row (its host or container died) ends this
+    host's ranks, which would otherwise wait in a collective until the job's MaxRuntime.
 
     SIGTERM or SIGINT (SageMaker stops every host's container) goes to this host's ranks through
     their ``rank_shim``, and the wait goes on while they finish (mpirun's daemon must outlive
@@ -66,9 +84,9 @@ def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[]
         the stop signal received, or ``None``.
 
     Raises:
-        PeerError: no ``orted`` appeared within ``start_timeout_s`` seconds, or the master's sshd
+        PeerError: no ``orted`` appeared within ``start_timeout_s`` seconds; the master's sshd
             answered and then went away before starting ``orted`` here (its job ended or failed
-            first).
+            first); or it went away while ``orted`` ran (``report.lost_host``).
     """
     stopped: list[int] = []
 
@@ -101,8 +119,18 @@ def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[]
                 master_seen = master_seen or up
             time.sleep(POLL_S)
         log.info("MPI worker: mpirun's daemon is running; waiting for it to finish")
-        psutil.wait_procs(daemons)
+        refused = 0
+        while psutil.wait_procs(daemons, timeout=MASTER_CHECK_EVERY_S)[1]:
+            if stopped:   # the master is being stopped too: its mpirun may go first
+                continue
+            refused = 0 if peers.accepts(master_host, SSH_PORT) else refused + 1
+            if refused >= MASTER_LOST_CHECKS:
+                _end_local_ranks()
+                raise PeerError(report.lost_host(
+                    master_host, f"the MPI master's sshd refused {MASTER_LOST_CHECKS} connections in a row while "
+                    "this host's ranks ran; they were ended"))
         log.info("MPI worker: the job's processes on this host have ended")
+        _end_local_ranks()
         return stopped[0] if stopped else None
     finally:
         for sig, handler in previous.items():

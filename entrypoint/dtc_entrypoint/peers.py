@@ -1,8 +1,10 @@
-"""Reaching the job's other hosts: resolving their names, waiting for a port to open, and
-noticing when it closes."""
+"""Reaching the job's other hosts: resolving their names, waiting for a port to open,
+noticing when it closes, and the master's end notice (``send_end_notice``, ``EndNoticeListener``)."""
 
 import logging
 import socket
+import socketserver
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -108,3 +110,50 @@ def watch_until_one_closes(endpoints: Sequence[tuple[str, int]], closed_checks: 
                     return endpoint
         time.sleep(poll_s)
     return None
+
+
+def send_end_notice(addresses: Sequence[str], exit_code: int, timeout_s: float = 5.0) -> list[str]:
+    """Tells each ``host:port`` (an ``EndNoticeListener``) that the master's command ended with
+    ``exit_code`` (one line of ASCII digits). Returns the addresses that could not be told."""
+    missed = []
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout_s) as connection:
+                connection.sendall(f"{exit_code}\n".encode())
+        except OSError as error:
+            log.warning("could not tell %s that training ended: %s", address, error)
+            missed.append(address)
+    return missed
+
+
+class _NoticeServer(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+
+class EndNoticeListener:
+    """Listens on ``port`` (all addresses) in a background thread for ``send_end_notice`` and
+    keeps the first exit code received."""
+
+    def __init__(self, port: int):
+        received = self._received = threading.Event()
+        self.exit_code: int | None = None
+        listener = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            timeout = 5.0
+
+            def handle(self):
+                line = self.rfile.readline(32).strip()
+                if line.lstrip(b"-").isdigit() and not received.is_set():
+                    listener.exit_code = int(line)
+                    received.set()
+
+        self._server = _NoticeServer(("", port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def wait(self, timeout_s: float) -> int | None:
+        """The exit code the master sent, waiting up to ``timeout_s`` seconds; ``None`` if none came."""
+        self._received.wait(timeout_s)
+        return self.exit_code

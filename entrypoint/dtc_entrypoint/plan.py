@@ -58,6 +58,9 @@ class LaunchPlan:
         tasks: TensorFlow cluster tasks on this host (``chief:0``, ``ps:1``, ``worker:0``).
         tf_config: the main command's ``TF_CONFIG`` (also in ``env``), or ``None``.
         services: processes started before ``argv`` and stopped after it.
+        end_notice: ``host:port`` addresses ``train`` sends the main command's exit code to when
+            it ends, before stopping ``services`` (the parameter-server chief's word to the worker
+            hosts, which otherwise could not tell the end of training from the loss of its host).
     """
 
     strategy: str
@@ -73,6 +76,7 @@ class LaunchPlan:
     tasks: tuple[str, ...] = ()
     tf_config: Mapping | None = None
     services: tuple[Service, ...] = ()
+    end_notice: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         """JSON-ready form (for ``train --plan`` and logs)."""
@@ -82,7 +86,7 @@ class LaunchPlan:
             "world_size": self.world_size, "ranks": list(self.ranks), "tasks": list(self.tasks),
             "argv": list(self.argv), "env": dict(self.env), "workdir": self.workdir,
             "tf_config": json.loads(json.dumps(self.tf_config)) if self.tf_config is not None else None,
-            "services": [s.to_dict() for s in self.services],
+            "services": [s.to_dict() for s in self.services], "end_notice": list(self.end_notice),
         }
 
 

@@ -12,9 +12,10 @@ ranks still saving. Without a stop it exits with the program's code (``128 + N``
 and mpirun's failure handling is unchanged; a rank that dies of a signal is named first, on
 stderr (``rank 3 on host algo-2 was killed by SIGKILL``): mpirun itself names neither the host
 nor the signal, and ``report.describe_failure`` makes that line the failure's first. A rank that
-fails (a signal or a non-zero exit) also leaves a note for its own host (``record_failure``),
-so that a worker host, whose ranks' output goes to the master, can name it in its own failure
-file and exit non-zero too.
+ends (finished, failed or killed by a signal; not stopped) also leaves a note for its own host
+(``record_outcome``), so that a worker host, whose ranks' output goes to the master, can name a
+failed rank in its own failure file and exit non-zero too, and can tell ranks that finished from
+ranks that ``orted`` ended because the master's mpirun aborted or its host was lost.
 
 Usage (in mpirun's command, before the program): ``python -m dtc_entrypoint.rank_shim PROGRAM [ARGS...]``.
 """
@@ -25,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterable
 
 from . import host_identity, report
 
@@ -57,24 +59,25 @@ def signal_shims(signum: int, parent_pid: int | None = None) -> int:
     return signalled
 
 
-def failure_dir() -> str:
-    """Where this host's failed ranks leave their notes (beside host_identity's file)."""
-    return os.path.join(os.path.dirname(host_identity.host_env_file()), "rank-failures")
+def outcome_dir() -> str:
+    """Where this host's ranks leave their notes (beside host_identity's file)."""
+    return os.path.join(os.path.dirname(host_identity.host_env_file()), "rank-outcomes")
 
 
-def record_failure(rank: str, text: str, exit_code: int) -> None:
-    """Leaves ``{"text", "exit_code"}`` for this host's entrypoint (``recorded_failures``)."""
-    directory = failure_dir()
+def record_outcome(rank: str, text: str, exit_code: int) -> None:
+    """Leaves ``{"rank", "text", "exit_code"}`` (``exit_code`` 0: the rank finished) for this
+    host's entrypoint (``recorded_outcomes``)."""
+    directory = outcome_dir()
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f".rank-{rank}.tmp")
     with open(tmp, "w") as handle:
-        json.dump({"text": text, "exit_code": exit_code}, handle)
+        json.dump({"rank": rank, "text": text, "exit_code": exit_code}, handle)
     os.replace(tmp, os.path.join(directory, f"rank-{rank}.json"))
 
 
-def recorded_failures() -> list[dict]:
-    """The notes ``record_failure`` left on this host, oldest first."""
-    directory = failure_dir()
+def recorded_outcomes() -> list[dict]:
+    """The notes ``record_outcome`` left on this host, oldest first."""
+    directory = outcome_dir()
     if not os.path.isdir(directory):
         return []
     paths = sorted((os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".json")),
@@ -86,9 +89,16 @@ def recorded_failures() -> list[dict]:
     return notes
 
 
-def clear_failures() -> None:
+def unfinished(ranks: Iterable[int]) -> list[int]:
+    """Those of ``ranks`` (this host's) that left no note: ended by ``orted`` (the master's
+    mpirun aborted the job, or its host was lost) or by a stop, not by finishing."""
+    noted = {str(note["rank"]) for note in recorded_outcomes()}
+    return [rank for rank in ranks if str(rank) not in noted]
+
+
+def clear_outcomes() -> None:
     """Removes this host's notes (a worker host, before the master starts its ranks)."""
-    directory = failure_dir()
+    directory = outcome_dir()
     if os.path.isdir(directory):
         for name in os.listdir(directory):
             os.remove(os.path.join(directory, name))
@@ -113,8 +123,9 @@ def run(argv: list[str]) -> int:
     if stopped:
         return 0
     exit_code = 128 - code if code < 0 else code
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", "?")
+    text = ""
     if code != 0:
-        rank = os.environ.get("OMPI_COMM_WORLD_RANK", "?")
         host = (host_identity.read().get("SM_CURRENT_HOST") or os.environ.get("SM_CURRENT_HOST")
                 or socket.gethostname())
         if code < 0:
@@ -123,8 +134,8 @@ def run(argv: list[str]) -> int:
             sys.stderr.flush()
         else:
             text = f"rank {rank} on host {host} exited with code {code}"
-        if os.path.isfile(host_identity.host_env_file()):   # a job of several hosts (cli writes it)
-            record_failure(rank, text, exit_code)
+    if os.path.isfile(host_identity.host_env_file()):   # a job of several hosts (cli writes it)
+        record_outcome(rank, text, exit_code)
     return exit_code
 
 

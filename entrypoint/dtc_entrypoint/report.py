@@ -50,7 +50,15 @@ def rank_death(rank: str | int, host: str, name: str) -> str:
 # service (MultiWorkerMirrored), which name an address or a task, not a host.
 _GLOO_LOST_PEER = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+: Connection (?:reset|closed) by peer"
                              r"|Connection (?:reset|closed) by peer \[([0-9A-Fa-f.:]+)\]:\d+")
+# What tf_server says of the master's host (lost_host, chief_failed), for a worker host's failure.
+_OTHER_HOST_FAILED = re.compile(r"host \S+ stopped answering: .*|the chief on host \S+ failed \(exit code \d+\), .*")
 _TF_LOST_TASK = re.compile(r"tasks are unhealthy \(stopped sending heartbeats\):\s*/job:(\w+)/replica:\d+/task:(\d+)")
+# A TensorFlow task gone under a worker: gRPC's "connection reset" from it, or the coordination
+# service (on the leader, task 0 of the chief's or the workers' job) no longer taking heartbeats.
+_TF_UNREACHABLE_TASK = re.compile(r"(?:UNAVAILABLE|Connection reset by peer|Socket closed)[^\n]*\n(?:[^\n]*\n){0,3}?"
+                                  r"[^\n]*remote target /job:(\w+)/replica:\d+/task:(\d+)")
+_TF_LOST_COORDINATOR = re.compile(r"(?:DEADLINE_EXCEEDED|Deadline Exceeded|UNAVAILABLE)[^\n]*\n(?:[^\n]*\n){0,3}?"
+                                  r"RPC: /tensorflow\.CoordinationService/Heartbeat")
 
 
 def lost_host(host: str, what: str) -> str:
@@ -59,19 +67,39 @@ def lost_host(host: str, what: str) -> str:
             "memory, or the network to it failed)")
 
 
+def chief_failed(host: str, exit_code: int) -> str:
+    """``the chief on host algo-1 failed (exit code 1) ...``: a parameter-server worker host's
+    account of a job whose chief failed (``tf_server``)."""
+    return (f"the chief on host {host} failed (exit code {exit_code}), which ended training on this host too; "
+            f"host {host}'s failure file says why")
+
+
 def lost_peer(lines: Sequence[str], peers: Mapping[str, str]) -> str | None:
     """The host whose loss the training processes reported, from Gloo's "connection reset by
-    peer [address]" or TensorFlow's "tasks are unhealthy ... /job:worker/.../task:N", named
-    through ``peers`` (address -> host, ``worker:N`` -> host); ``None`` otherwise."""
+    peer [address]", TensorFlow's "tasks are unhealthy ... /job:worker/.../task:N", gRPC's
+    "connection reset" from a task's "remote target", or a failed heartbeat to TensorFlow's
+    coordination service (on task 0), named through ``peers`` (address -> host, ``worker:N`` -> host), or the line of ``lost_host`` or
+    ``chief_failed`` a ``tf_server`` printed; ``None`` otherwise."""
     text = "\n".join(lines)
+    if said := _OTHER_HOST_FAILED.search(text):
+        return said.group(0)
     gloo = _GLOO_LOST_PEER.search(text)
     address = gloo and (gloo.group(1) or gloo.group(2))
     if address in peers:
-        return lost_host(peers[address], f"the connection to its ranks was lost ({address}, Gloo)")
+        return lost_host(peers[address], f"the connection to its ranks was lost ({address}, Gloo; one of its ranks "
+                                         "dying does the same, and that host's failure file then names it)")
     task = _TF_LOST_TASK.search(text)
     if task and f"{task.group(1)}:{task.group(2)}" in peers:
         return lost_host(peers[f"{task.group(1)}:{task.group(2)}"],
                          f"TensorFlow task {task.group(1)}:{task.group(2)} there stopped sending heartbeats")
+    task = _TF_UNREACHABLE_TASK.search(text)
+    if task and f"{task.group(1)}:{task.group(2)}" in peers:
+        return lost_host(peers[f"{task.group(1)}:{task.group(2)}"],
+                         f"TensorFlow task {task.group(1)}:{task.group(2)} there reset its connection")
+    leader = "chief:0" if "chief:0" in peers else "worker:0"
+    if _TF_LOST_COORDINATOR.search(text) and leader in peers:
+        return lost_host(peers[leader], f"TensorFlow's coordination service there (task {leader}) stopped taking "
+                                        "heartbeats")
     return None
 
 

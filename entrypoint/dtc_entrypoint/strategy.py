@@ -50,6 +50,7 @@ PORT_VARIABLES = {
     "tf_worker": ("DTC_TF_WORKER_PORT", 8890),           # MultiWorkerMirroredStrategy workers
     "tf_task": ("DTC_TF_TASK_PORT", 2222),               # parameter server: chief and workers
     "tf_ps": ("DTC_TF_PS_PORT", 2223),                   # parameter server: ps tasks
+    "tf_end": ("DTC_TF_END_PORT", 2225),                 # parameter server: the chief's end notice
 }
 
 
@@ -61,6 +62,7 @@ class Ports:
     tf_worker: int = 8890
     tf_task: int = 2222
     tf_ps: int = 2223
+    tf_end: int = 2225
 
 
 def ports_from(environ: Mapping[str, str]) -> Ports:
@@ -82,6 +84,9 @@ def ports_from(environ: Mapping[str, str]) -> Ports:
     if values["tf_task"] == values["tf_ps"]:
         raise ConfigError(f"DTC_TF_TASK_PORT and DTC_TF_PS_PORT are both {values['tf_ps']}: a host may run a "
                           "parameter server next to a worker, so give them different ports", key="DTC_TF_PS_PORT")
+    if values["tf_end"] in (values["tf_task"], values["tf_ps"]):
+        raise ConfigError(f"DTC_TF_END_PORT is {values['tf_end']}, a port TensorFlow's servers use: give it a port "
+                          "of its own", key="DTC_TF_END_PORT")
     return Ports(**values)
 
 

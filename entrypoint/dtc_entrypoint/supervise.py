@@ -1,7 +1,8 @@
 """Runs a launch plan's command and watches it: output streaming, signal forwarding, exit code.
 
-The plan's services (parameter servers) start first and are stopped once the command has ended,
-not before: a stopped chief still reads their variables to write its checkpoint. Each child gets
+The plan's services (parameter servers) start first and are stopped (``stop_services``) once the
+command has ended, not before: a stopped chief still reads their variables to write its
+checkpoint; signals sent to ``train`` are not forwarded to them. Each child gets
 its own process group. SIGTERM and SIGINT sent to the entrypoint (SageMaker's
 stop and spot interruption send SIGTERM, then SIGKILL 120 s later) are forwarded to that whole
 group, so every local process sees them; under MPI they go to each local rank's ``rank_shim``
@@ -91,13 +92,11 @@ def stop_services(services: Sequence[subprocess.Popen], grace_s: float = 10.0) -
 
 
 def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s: float = 110.0,
-        services: Sequence[subprocess.Popen] = (),
         watch: Callable[[Callable[[], bool]], str | None] | None = None) -> RunResult:
     """Runs ``argv`` (no shell) with ``os.environ`` plus ``env`` in ``workdir`` and waits.
 
     stdout is inherited (no copy, no buffering); stderr passes through a pipe so its tail can
-    name the error. Signals received go to the command only; ``services`` are stopped
-    (``stop_services``) when the command has exited. ``watch(done)``, if given, runs beside the
+    name the error. Signals received go to the command only. ``watch(done)``, if given, runs beside the
     command (``done()`` turns true when it has exited) and returns why the job cannot go on
     (another host gone) or ``None``: the command's processes are then killed, and the reason is
     the result's ``peer_lost``. Returns when the command has exited.
@@ -160,7 +159,6 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
             signal.signal(sig, handler)
         for timer in killer:
             timer.cancel()
-        stop_services(services)
     pump.join(timeout=10)
     return RunResult(returncode, tuple(tail), received[0] if received else None, lost[0] if lost else None)
 

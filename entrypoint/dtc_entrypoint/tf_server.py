@@ -10,7 +10,13 @@ the chief it exits ``128 + signal`` at once; once the chief is up it keeps servi
 chief's host closes, since a stopped chief still runs steps and reads variables here to write
 its checkpoint (``train`` kills it after the stop's grace period if the chief never closes).
 
-Usage: ``python -m dtc_entrypoint.tf_server [--until-closed HOST:PORT]``.
+With ``--end-port PORT`` it also listens there for the master's end notice
+(``peers.send_end_notice``, sent before the master closes its parameter server) and exits with
+what it says: 0 when the chief finished, 1 when it failed (``the chief on host H failed ...``),
+and 3 (``host H stopped answering ...``) when the port closed with no notice within
+``END_NOTICE_GRACE_S``: the master's host was lost, and training with it.
+
+Usage: ``python -m dtc_entrypoint.tf_server [--until-closed HOST:PORT [--end-port PORT]]``.
 """
 
 import argparse
@@ -20,14 +26,19 @@ import os
 import signal
 import sys
 
-from . import peers
+from . import peers, report
+from .errors import EXIT_INTERNAL_ERROR, EXIT_PEER_ERROR
 
 log = logging.getLogger("dtc.tf_server")
+
+END_NOTICE_GRACE_S = 10.0   # how long after the chief's port closed its notice may still come
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--until-closed", metavar="HOST:PORT", help="serve until this address closes")
+    parser.add_argument("--end-port", type=int, metavar="PORT", help="with --until-closed: listen here for the "
+                        "master's end notice, and exit as it says")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [tf_server] %(message)s", stream=sys.stderr)
     task = json.loads(os.environ["TF_CONFIG"])["task"]
@@ -48,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         server.join()
         return 0
     host, _, port = args.until_closed.rpartition(":")
+    notice = peers.EndNoticeListener(args.end_port) if args.end_port else None
     timeout_s = float(os.environ.get("DTC_TF_SERVER_START_TIMEOUT_S") or 600)
     chief_up = False
 
@@ -66,9 +78,19 @@ def main(argv: list[str] | None = None) -> int:
     log.info("the chief's host %s is up; serving until it closes", args.until_closed)
     peers.wait_until_closed(host, int(port))
     log.info("%s closed: training has ended", args.until_closed)
+    code = 0
+    if notice is not None:
+        chief_code = notice.wait(END_NOTICE_GRACE_S)
+        if chief_code is None:
+            log.error("%s", report.lost_host(host, f"its parameter server ({args.until_closed}) closed and its train "
+                                                   "never said that training had ended"))
+            code = EXIT_PEER_ERROR
+        elif chief_code != 0:
+            log.error("%s", report.chief_failed(host, chief_code))
+            code = EXIT_INTERNAL_ERROR
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)   # the server's threads never stop on their own; leave without joining them
+    os._exit(code)   # the server's threads never stop on their own; leave without joining them
 
 
 if __name__ == "__main__":
