@@ -285,6 +285,40 @@ def test_a_killed_container_ends_the_job_within_a_minute(case, killed, tmp_path)
     assert not result["hosts"]["algo-1"]["model"] and not result["hosts"]["algo-2"]["model"]
 
 
+@pytest.mark.parametrize("case", ["mpi-pytorch", "multi-worker-mirrored", "parameter-server"])
+def test_a_host_cut_off_without_a_word_ends_every_host_within_a_minute(case, tmp_path):
+    """algo-2 is disconnected from the cluster's network mid-epoch (`podman network disconnect`):
+    no connection is closed, as when an instance dies or its network fails, so nothing that
+    waits for a connection's end notices. Each host must still exit non-zero within a minute,
+    naming the other: `train`'s watch of the other hosts' sshd (MPI) or TensorFlow servers
+    (parameter server), or TensorFlow's heartbeats (MultiWorkerMirrored)."""
+    args, _, _ = CASES[case]
+    job = tmp_path / "job"
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({"peer_grace_s": 90}))
+    cluster = subprocess.Popen(
+        [sys.executable, "-m", "dtc_local.cluster", "--job-file", str(job_file), "--image", IMAGE, "--instance-count",
+         "2", "--job-dir", str(job), "--timeout-s", "300", *args, "-p", "epochs=60"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=podman_env(), stdin=subprocess.DEVNULL)
+    lines = []
+    for line in cluster.stdout:
+        lines.append(line)
+        if "epoch=1/60 " in line:
+            break
+    cut = subprocess.run(["podman", "network", "disconnect", "dtc-cluster", "algo-2"], capture_output=True, text=True,
+                         env=podman_env())
+    cut_at = time.monotonic()
+    log = "".join(lines) + cluster.communicate(timeout=150)[0]
+    elapsed_s = time.monotonic() - cut_at
+    print(f"{case}: both hosts ended {elapsed_s:.1f} s after algo-2 was cut off")
+    assert cut.returncode == 0, cut.stderr
+    assert elapsed_s < 60, log[-4000:]
+    result = json.loads((job / "result.json").read_text())
+    for host, other in (("algo-1", "algo-2"), ("algo-2", "algo-1")):
+        assert result["hosts"][host]["exit_code"] not in (0, 137, 143), (host, log[-4000:])
+        assert result["hosts"][host]["failure"].startswith(f"host {other} stopped answering"), (host, log[-4000:])
+
+
 CONTAINER = str(REPO / "scripts" / "container.sh")
 NEVER_STARTED = "10.213.38.99"
 

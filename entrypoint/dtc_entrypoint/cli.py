@@ -82,25 +82,33 @@ def _peer_names(plan: launch.LaunchPlan, addresses: dict[str, str]) -> dict[str,
     return names
 
 
-def _tf_peer_watch(plan: launch.LaunchPlan, current_host: str):
-    """For the parameter-server chief of a job of several hosts: a ``supervise.run`` watch that
-    reports the first other host whose TensorFlow servers close. The chief itself would wait for
-    a lost worker forever (ParameterServerStrategy waits for workers to come back)."""
-    if plan.role != "chief" or len(plan.hosts) < 2:
+def _peer_watch(plan: launch.LaunchPlan, current_host: str):
+    """For the master of a job of several hosts: a ``supervise.run`` watch that reports the
+    first other host whose server closes (or stops answering: a machine that died silently
+    closes no connection). Under MPI the other hosts' sshd, which outlives their ranks: mpirun
+    would otherwise wait on a silently lost host's daemon until the job's MaxRuntime. Under the
+    parameter-server strategy their TensorFlow servers: the chief waits for a lost worker
+    forever (ParameterServerStrategy waits for workers to come back). ``None`` otherwise."""
+    if len(plan.hosts) < 2 or plan.master_host != current_host:
         return None
     endpoints = {}
-    for job in ("worker", "ps"):
-        for index, task in enumerate(plan.tf_config["cluster"].get(job, [])):
-            host, _, port = task.rpartition(":")
-            if host != current_host:
-                endpoints[(host, int(port))] = f"{job}:{index}"
+    if plan.strategy == strategy.MPI:
+        endpoints = {(host, mpi_hosts.SSH_PORT): "sshd" for host in plan.hosts if host != current_host}
+    elif plan.role == "chief":
+        for job in ("worker", "ps"):
+            for index, task in enumerate(plan.tf_config["cluster"].get(job, [])):
+                host, _, port = task.rpartition(":")
+                if host != current_host:
+                    endpoints[(host, int(port))] = f"TensorFlow {job}:{index} server"
+    if not endpoints:
+        return None
 
     def watch(done) -> str | None:
         closed = peers.watch_until_one_closes(list(endpoints), stop=done)
         if closed is None:
             return None
-        return report.lost_host(closed[0], f"its TensorFlow {endpoints[closed]} server ({closed[0]}:{closed[1]}) closed "
-                                           "while the chief was training")
+        return report.lost_host(closed[0], f"its {endpoints[closed]} ({closed[0]}:{closed[1]}) stopped answering "
+                                           "while the job ran")
 
     return watch
 
@@ -176,7 +184,7 @@ def run_job(plan_only: bool) -> int:
     services = []
     try:
         services += [supervise.start_service(s.name, s.argv, s.env, plan.workdir) for s in plan.services]
-        result = supervise.run(plan.argv, plan.env, plan.workdir, watch=_tf_peer_watch(plan, config.current_host))
+        result = supervise.run(plan.argv, plan.env, plan.workdir, watch=_peer_watch(plan, config.current_host))
         if plan.end_notice:   # before the parameter servers close: the other hosts' cue
             peers.send_end_notice(plan.end_notice, 128 + result.signal_received if result.signal_received
                                   else result.exit_code)
