@@ -285,13 +285,13 @@ def test_a_killed_container_ends_the_job_within_a_minute(case, killed, tmp_path)
     assert not result["hosts"]["algo-1"]["model"] and not result["hosts"]["algo-2"]["model"]
 
 
-@pytest.mark.parametrize("case", ["mpi-pytorch", "multi-worker-mirrored", "parameter-server"])
+@pytest.mark.parametrize("case", ["mpi-pytorch", "torchrun-ddp", "multi-worker-mirrored", "parameter-server"])
 def test_a_host_cut_off_without_a_word_ends_every_host_within_a_minute(case, tmp_path):
     """algo-2 is disconnected from the cluster's network mid-epoch (`podman network disconnect`):
     no connection is closed, as when an instance dies or its network fails, so nothing that
     waits for a connection's end notices. Each host must still exit non-zero within a minute,
-    naming the other: `train`'s watch of the other hosts' sshd (MPI) or TensorFlow servers
-    (parameter server), or TensorFlow's heartbeats (MultiWorkerMirrored)."""
+    naming the other: `train`'s watch of the other hosts' sshd (MPI), `train` (torchrun) or
+    TensorFlow servers (parameter server), or TensorFlow's heartbeats (MultiWorkerMirrored)."""
     args, _, _ = CASES[case]
     job = tmp_path / "job"
     job_file = tmp_path / "job.json"

@@ -82,18 +82,25 @@ def _peer_names(plan: launch.LaunchPlan, addresses: dict[str, str]) -> dict[str,
     return names
 
 
-def _peer_watch(plan: launch.LaunchPlan, current_host: str):
-    """For the master of a job of several hosts: a ``supervise.run`` watch that reports the
-    first other host whose server closes (or stops answering: a machine that died silently
-    closes no connection). Under MPI the other hosts' sshd, which outlives their ranks: mpirun
-    would otherwise wait on a silently lost host's daemon until the job's MaxRuntime. Under the
-    parameter-server strategy their TensorFlow servers: the chief waits for a lost worker
-    forever (ParameterServerStrategy waits for workers to come back). ``None`` otherwise."""
-    if len(plan.hosts) < 2 or plan.master_host != current_host:
+def _peer_watch(plan: launch.LaunchPlan, current_host: str, ports: strategy.Ports):
+    """A ``supervise.run`` watch that reports the first other host whose server closes (or
+    stops answering: a machine that died silently closes no connection). On the master under
+    MPI the other hosts' sshd, which outlives their ranks: mpirun would otherwise wait on a
+    silently lost host's daemon until the job's MaxRuntime. On the parameter-server chief their
+    TensorFlow servers: the chief waits for a lost worker forever (ParameterServerStrategy waits
+    for workers to come back). Under torchrun, on every host, the other hosts' ``train``
+    (``peers.serve_presence`` on ``DTC_PRESENCE_PORT``): Gloo would wait for a silently lost
+    host for 30 minutes. ``None`` otherwise (MultiWorkerMirrored has TensorFlow's heartbeats)."""
+    if len(plan.hosts) < 2:
         return None
+    others = [host for host in plan.hosts if host != current_host]
     endpoints = {}
-    if plan.strategy == strategy.MPI:
-        endpoints = {(host, mpi_hosts.SSH_PORT): "sshd" for host in plan.hosts if host != current_host}
+    if plan.strategy == strategy.TORCH_DISTRIBUTED:
+        endpoints = {(host, ports.presence): "train" for host in others}
+    elif plan.master_host != current_host:
+        return None
+    elif plan.strategy == strategy.MPI:
+        endpoints = {(host, mpi_hosts.SSH_PORT): "sshd" for host in others}
     elif plan.role == "chief":
         for job in ("worker", "ps"):
             for index, task in enumerate(plan.tf_config["cluster"].get(job, [])):
@@ -182,9 +189,12 @@ def run_job(plan_only: bool) -> int:
         mpi_hosts.wait_for_workers(workers, _env_seconds("DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S", 600))
     phase.current = "starting the parameter servers"
     services = []
+    watch = _peer_watch(plan, config.current_host, config.ports)
+    presence = (peers.serve_presence(config.ports.presence)
+                if plan.strategy == strategy.TORCH_DISTRIBUTED and len(plan.hosts) > 1 else None)
     try:
         services += [supervise.start_service(s.name, s.argv, s.env, plan.workdir) for s in plan.services]
-        result = supervise.run(plan.argv, plan.env, plan.workdir, watch=_peer_watch(plan, config.current_host))
+        result = supervise.run(plan.argv, plan.env, plan.workdir, watch=watch)
         if plan.end_notice:   # before the parameter servers close: the other hosts' cue
             peers.send_end_notice(plan.end_notice, 128 + result.signal_received if result.signal_received
                                   else result.exit_code)
@@ -192,6 +202,8 @@ def run_job(plan_only: bool) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):   # training has ended: a late stop changes nothing
             signal.signal(sig, signal.SIG_IGN)
         supervise.stop_services(services)
+        if presence is not None:
+            presence.shutdown()
     if result.returncode == 0 and not result.signal_received:
         report.write_success(config.output_dir)
         log.info("training succeeded; model directory %s", config.model_dir)

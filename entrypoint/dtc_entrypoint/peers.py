@@ -132,6 +132,20 @@ class _NoticeServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
 
 
+class _PresenceHandler(socketserver.BaseRequestHandler):
+    def handle(self):   # accepting is the answer
+        pass
+
+
+def serve_presence(port: int) -> socketserver.BaseServer:
+    """Accepts (and closes) TCP connections on ``port`` in a background thread, so that the other
+    hosts' ``watch_until_one_closes`` sees this host as present for as long as ``train`` runs.
+    Stop it with ``.shutdown()``."""
+    server = _NoticeServer(("", port), _PresenceHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 class EndNoticeListener:
     """Listens on ``port`` (all addresses) in a background thread for ``send_end_notice`` and
     keeps the first exit code received."""

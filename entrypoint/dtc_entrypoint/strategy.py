@@ -51,6 +51,7 @@ PORT_VARIABLES = {
     "tf_task": ("DTC_TF_TASK_PORT", 2222),               # parameter server: chief and workers
     "tf_ps": ("DTC_TF_PS_PORT", 2223),                   # parameter server: ps tasks
     "tf_end": ("DTC_TF_END_PORT", 2225),                 # parameter server: the chief's end notice
+    "presence": ("DTC_PRESENCE_PORT", 2226),             # torchrun on several hosts: train's presence
 }
 
 
@@ -63,6 +64,7 @@ class Ports:
     tf_task: int = 2222
     tf_ps: int = 2223
     tf_end: int = 2225
+    presence: int = 2226
 
 
 def ports_from(environ: Mapping[str, str]) -> Ports:

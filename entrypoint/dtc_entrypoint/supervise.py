@@ -99,7 +99,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
     name the error. Signals received go to the command only. ``watch(done)``, if given, runs beside the
     command (``done()`` turns true when it has exited) and returns why the job cannot go on
     (another host gone) or ``None``: the command's processes are then killed, and the reason is
-    the result's ``peer_lost``. Returns when the command has exited.
+    the result's ``peer_lost`` (not after a stop signal: then every host is ending anyway). Returns when the command has exited.
 
     Raises:
         FileNotFoundError / PermissionError: the command cannot be executed.
@@ -146,7 +146,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
     if watch is not None:
         def watcher():
             reason = watch(lambda: child.poll() is not None)
-            if reason and child.poll() is None:
+            if reason and child.poll() is None and not received:   # stopping: the other hosts end too
                 lost.append(reason)
                 log.error("%s: ending the training processes", reason)
                 _kill_group(child.pid)
