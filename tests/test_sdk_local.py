@@ -12,6 +12,7 @@ machine. docs/sdk.md gives users the same steps, and the one SDK v3 local-mode l
 
 import json
 import os
+import re
 import subprocess
 import tarfile
 import tempfile
@@ -137,3 +138,43 @@ def test_sdk_v3_local_container_mode_trains_in_the_image(driver, instance_count,
     described = json.loads(model["model.json"])
     assert described["world_size"] == world_size and described["val_accuracy"] >= 0.90
 
+
+
+@pytest.mark.parametrize("driver", ["mpi", "torchrun"])
+def test_sdk_v3_drivers_run_on_a_two_host_cluster_as_on_sagemaker(driver, digits_channels, tmp_path):
+    """SDK v3's own drivers outside its local mode (which names a network interface, ethwe, that
+    no local container has): the SDK's code writes its sm_drivers channel
+    (programs/sdk_v3_drivers.py), and a two-host cluster (dtc_local.cluster, interface eth0 as
+    resourceconfig says) runs the SDK's sm_train.sh in the image with the code and data channels,
+    as a SageMaker job would. The SDK's MPI driver passes `-np` = processes per host (2) with
+    `--host algo-1:2,algo-2:2`, so its job has 2 ranks, both on algo-1; Torchrun runs 2 per host."""
+    from test_cluster import run_cluster
+
+    source = tmp_path / "src"
+    source.mkdir()
+    trainer = "pytorch_horovod" if driver == "mpi" else "pytorch_ddp"
+    (source / "train.py").write_text(f"from dtc_train.{trainer} import main\n\nraise SystemExit(main())\n")
+    made = subprocess.run([str(SDK_V3), str(PROGRAMS / "sdk_v3_drivers.py"), str(tmp_path / "sm_drivers"),
+                           "--driver", driver, "--source-dir", str(source)], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr[-3000:]
+    command = json.loads(made.stdout.splitlines()[-1])["command"]
+    assert command[:2] == ["/bin/bash", "-c"] and command[2].endswith("/opt/ml/input/data/sm_drivers/sm_train.sh")
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({
+        # the SDK's command but its `chmod +x`, which a read-only channel mount refuses (SageMaker's are copies)
+        "command": ["/bin/bash", "/opt/ml/input/data/sm_drivers/sm_train.sh"],
+        "distribution": "none", "hyperparameters": {"epochs": 8}, "peer_grace_s": 60,
+        "channels": {"training": str(digits_channels / "training"), "validation": str(digits_channels / "validation"),
+                     "code": str(source), "sm_drivers": str(tmp_path / "sm_drivers")}}))
+    done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file), timeout_s=600)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0 and result["exit_code"] == 0, log[-6000:]
+    assert {h: result["hosts"][h]["exit_code"] for h in ("algo-1", "algo-2")} == {"algo-1": 0, "algo-2": 0}
+    assert f"Running {'MPI' if driver == 'mpi' else 'Torchrun'} Driver" in log
+    world_size = 2 if driver == "mpi" else 4
+    digests = {int(rank): digest for rank, size, digest in DIGEST.findall(log) if int(size) == world_size}
+    assert sorted(digests) == list(range(world_size)) and len(set(digests.values())) == 1, log[-4000:]
+    ranks_on = {host: re.findall(rf"rank (\d+)/{world_size} .*\(host {host}\)", log) for host in ("algo-1", "algo-2")}
+    assert len(ranks_on["algo-1"]) == 2 and len(ranks_on["algo-2"]) == (0 if driver == "mpi" else 2), ranks_on
+    described = json.loads((tmp_path / "job" / "algo-1" / "model" / "model.json").read_text())
+    assert described["world_size"] == world_size and described["val_accuracy"] >= 0.90

@@ -26,7 +26,8 @@ What it does, in order:
 Usage: ``python -m dtc_local.cluster --image dtc:cpu --instance-count 2 --distribution mpi
 --processes-per-host 2 --program builtin:pytorch -p epochs=10`` or ``--job-file job.json``
 (same keys, underscores: image, instance_count, processes_per_host, distribution, program,
-source_dir, hyperparameters, channels, gpus, environment, subnet, peer_grace_s, checkpoint_dir).
+source_dir, hyperparameters, channels, gpus, environment, subnet, peer_grace_s, checkpoint_dir,
+command).
 ``make cluster`` wraps it.
 """
 
@@ -55,6 +56,8 @@ CONTAINER_ML = "/opt/ml"
 LOCAL_TIMEOUTS_S = {"DTC_HOST_RESOLVE_TIMEOUT_S": 10, "DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S": 30,
                     "DTC_MPI_WORKER_START_TIMEOUT_S": 120, "DTC_TF_SERVER_START_TIMEOUT_S": 120}
 STOP_TIMEOUT_S = 10
+TRAIN_COMMAND = ("train",)
+JOB_NAME = "dtc-cluster"
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,12 @@ class ClusterJob:
         subnet: the private network's IPv4 subnet; host ``algo-i`` gets its ``10 + i``-th address.
         peer_grace_s: seconds the other hosts get to exit on their own once one host has failed,
             before they are stopped.
+        command: what each container runs: ``train``, or what a training job's
+            ``ContainerEntrypoint`` + ``ContainerArguments`` say (SDK v3 with ``source_code``
+            runs its own ``sm_train.sh`` from its ``sm_drivers`` channel). With a command of its
+            own, hyperparameters.json holds only ``hyperparameters``, as SDK v3 writes it: no
+            ``sagemaker_*`` keys, which are ``train``'s (``program``, ``distribution``, ``source_dir``
+            and ``processes_per_host`` then do nothing).
         checkpoint_dir: a host directory mounted at ``/opt/ml/checkpoints`` of every host, kept
             between runs: what ``checkpoint_s3_uri`` gives a real job (every host's checkpoint
             directory synced to one S3 prefix and restored on a restart), to rehearse a stopped
@@ -98,6 +107,7 @@ class ClusterJob:
     subnet: str = DEFAULT_SUBNET
     peer_grace_s: float = 30.0
     checkpoint_dir: str | None = None
+    command: tuple[str, ...] = TRAIN_COMMAND
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -117,8 +127,11 @@ def host_addresses(job: ClusterJob) -> dict[str, str]:
 
 
 def container_env(job: ClusterJob) -> dict[str, str]:
-    """Variables every container gets: the local waits, then the job's own ``environment``."""
-    return {**{k: str(v) for k, v in LOCAL_TIMEOUTS_S.items()}, **{k: str(v) for k, v in job.environment.items()}}
+    """Variables every container gets: ``TRAINING_JOB_NAME`` (the service sets it in every
+    training container; SDK v3's drivers read it), the local waits, then the job's own
+    ``environment``."""
+    return {"TRAINING_JOB_NAME": JOB_NAME, **{k: str(v) for k, v in LOCAL_TIMEOUTS_S.items()},
+            **{k: str(v) for k, v in job.environment.items()}}
 
 
 def distribution_hyperparameters(job: ClusterJob) -> dict[str, object]:
@@ -135,8 +148,12 @@ def distribution_hyperparameters(job: ClusterJob) -> dict[str, object]:
 
 
 def job_hyperparameters(job: ClusterJob) -> dict[str, object]:
+    """hyperparameters.json: the ``sagemaker_*`` keys SDK v2 writes for ``train`` and the job's
+    own, or only the job's when it runs a command of its own (``ClusterJob.command``)."""
+    if job.command != TRAIN_COMMAND:
+        return dict(job.hyperparameters)
     hyperparameters: dict[str, object] = {"sagemaker_program": job.program,
-                                          "sagemaker_container_log_level": 20, "sagemaker_job_name": "dtc-cluster",
+                                          "sagemaker_container_log_level": 20, "sagemaker_job_name": JOB_NAME,
                                           "sagemaker_region": "us-east-1"}
     if job.source_dir:
         hyperparameters["sagemaker_submit_directory"] = CONTAINER_ML + "/code"
@@ -172,7 +189,7 @@ def compose_file(job: ClusterJob, trees: Mapping[str, str]) -> dict:
     addresses = host_addresses(job)
     services = {}
     for host, tree in trees.items():
-        service = {"image": job.image, "container_name": host, "hostname": host, "command": ["train"],
+        service = {"image": job.image, "container_name": host, "hostname": host, "command": list(job.command),
                    "shm_size": "1gb", "volumes": volumes(job, tree), "environment": container_env(job),
                    "extra_hosts": [f"{h}:{a}" for h, a in addresses.items()],
                    "networks": {NETWORK: {"ipv4_address": addresses[host]}}}
@@ -196,7 +213,7 @@ def podman_run_argv(job: ClusterJob, host: str, tree: str) -> list[str]:
         argv += ["-v", mount]
     if job.gpus == "all":
         argv += ["--device", "nvidia.com/gpu=all"]   # CDI (nvidia-ctk cdi generate)
-    return argv + [job.image, "train"]
+    return argv + [job.image, *job.command]
 
 
 def _pump(prefix: str, stream, lock: threading.Lock) -> None:
@@ -358,6 +375,8 @@ def _job_from(args: argparse.Namespace) -> ClusterJob:
         name, _, path = item.partition("=")
         channels[name] = path
     spec["channels"] = channels
+    if "command" in spec:
+        spec["command"] = tuple(spec["command"])
     if "image" not in spec:
         raise SystemExit("cluster: no image: pass --image or set \"image\" in the job file")
     if spec.get("distribution", "mpi") not in DISTRIBUTIONS:
