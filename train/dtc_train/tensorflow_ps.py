@@ -12,7 +12,9 @@ validation channel exactly; it logs the metric line and at the end saves the Sav
 ``<model_dir>/1``. Checkpoints (``tf_checkpoint``: the variables read from the parameter
 servers, the optimizer's, the position and the epoch's sums so far) on the ``checkpoint-every``
 schedule and, when the chief is stopped (SIGTERM), once the steps it had scheduled are done; a
-restarted job schedules the rest of that epoch. Only the chief writes files.
+restarted job schedules the rest of that epoch on the batches the uninterrupted job would have
+used (one seeded stream over all epochs, the done batches skipped); with one worker, which runs
+the scheduled steps in order, it ends with the same weights. Only the chief writes files.
 
 Hyperparameters: see ``dtc_train.common.parse_args``. The learning rate is not scaled: each
 worker applies its own updates.
@@ -51,10 +53,12 @@ def main(argv: list[str] | None = None) -> int:
                     "%d training images (%d steps/epoch), %d validation images", tf.__version__,
                     contract.current_host(), workers, servers, len(train_labels), steps, len(val_labels))
 
-    def dataset_fn(_input_context=None):
+    def dataset_fn(batches_done: int):
+        # one stream over every epoch (reshuffled each pass, from the seed); a resumed job skips
+        # the batches the checkpoint's steps took, so its steps see the batches they would have
         return (tf.data.Dataset.from_tensor_slices((train_images, train_labels))
                 .shuffle(len(train_labels), seed=args.seed).repeat()
-                .batch(args.batch_size, drop_remainder=True).prefetch(2))
+                .batch(args.batch_size, drop_remainder=True).skip(batches_done).prefetch(2))
 
     with strategy.scope():
         model = tf_model.build_model()
@@ -81,10 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         images, labels = next(iterator)
         strategy.run(replica_fn, args=(images, labels))
 
-    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
     local = tf_model.build_model()   # the chief's copy for validation and saving
     sums = (loss_sum, correct, seen)
     epoch, step, extra = tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, optimizer)
+    iterator = iter(coordinator.create_per_worker_dataset(lambda: dataset_fn(epoch * steps + step)))
     if step >= steps:   # stopped after an epoch's last step, before its validation
         epoch, step = epoch + 1, 0
     if step:
