@@ -19,6 +19,7 @@ from datetime import datetime
 import pytest
 
 from conftest import PROGRAMS, REPO
+from dtc_local.cluster import NETWORK
 from test_faults import FAULT_LINE
 from test_stop_resume import checkpoint_position
 from test_trainers_e2e import DIGEST, METRIC, check_observability
@@ -237,6 +238,31 @@ def test_a_host_fault_injected_at_a_step_ends_the_job_naming_the_host(tmp_path):
                                                             "but train after step 30"), log[-4000:]
 
 
+def disrupt_mid_epoch(case: str, tmp_path, action: list[str]) -> tuple[float, str, dict]:
+    """Starts a two-host job of ``case`` (60 epochs, the hosts given 90 s to exit on their own,
+    not stopped by the harness), runs ``action`` (a podman command) once epoch 2 is under way,
+    and waits for the job. Returns (seconds from the action to the job's end, log, result.json)."""
+    args, _, _ = CASES[case]
+    job = tmp_path / "job"
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({"peer_grace_s": 90}))
+    cluster = subprocess.Popen(
+        [sys.executable, "-m", "dtc_local.cluster", "--job-file", str(job_file), "--image", IMAGE, "--instance-count",
+         "2", "--job-dir", str(job), "--timeout-s", "300", *args, "-p", "epochs=60"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=podman_env(), stdin=subprocess.DEVNULL)
+    lines = []
+    for line in cluster.stdout:          # until the second epoch is under way
+        lines.append(line)
+        if "epoch=1/60 " in line:
+            break
+    acted = subprocess.run(action, capture_output=True, text=True, env=podman_env())
+    acted_at = time.monotonic()
+    log = "".join(lines) + cluster.communicate(timeout=150)[0]
+    elapsed_s = time.monotonic() - acted_at
+    assert acted.returncode == 0, acted.stderr
+    return elapsed_s, log, json.loads((job / "result.json").read_text())
+
+
 # what each strategy's surviving host says of the killed one (its failure file's first line)
 LOST_MASTER = {
     "mpi-pytorch": "host algo-1 stopped answering: mpirun's daemon here lost it and ended rank 2, 3",
@@ -256,28 +282,10 @@ def test_a_killed_container_ends_the_job_within_a_minute(case, killed, tmp_path)
     (its watch of the master's sshd under MPI, its ranks' lost connections, or the master's
     parameter server closing without the end notice). Either way the survivor exits non-zero
     within a minute, names the lost host, and leaves no training process behind."""
-    args, _, _ = CASES[case]
     survivor = "algo-1" if killed == "algo-2" else "algo-2"
-    job = tmp_path / "job"
-    job_file = tmp_path / "job.json"      # the survivor must exit on its own, not be stopped by the harness
-    job_file.write_text(json.dumps({"peer_grace_s": 90}))
-    cluster = subprocess.Popen(
-        [sys.executable, "-m", "dtc_local.cluster", "--job-file", str(job_file), "--image", IMAGE, "--instance-count",
-         "2", "--job-dir", str(job), "--timeout-s", "300", *args, "-p", "epochs=60"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=podman_env(), stdin=subprocess.DEVNULL)
-    lines = []
-    for line in cluster.stdout:          # until the second epoch is under way
-        lines.append(line)
-        if "epoch=1/60 " in line:
-            break
-    killed_run = subprocess.run(["podman", "kill", killed], capture_output=True, text=True, env=podman_env())
-    killed_at = time.monotonic()
-    log = "".join(lines) + cluster.communicate(timeout=120)[0]
-    elapsed_s = time.monotonic() - killed_at
+    elapsed_s, log, result = disrupt_mid_epoch(case, tmp_path, ["podman", "kill", killed])
     print(f"{case}: {survivor} ended {elapsed_s:.1f} s after {killed} was killed")
-    assert killed_run.returncode == 0, killed_run.stderr
     assert elapsed_s < 60, log[-4000:]
-    result = json.loads((job / "result.json").read_text())
     assert result["hosts"][survivor]["exit_code"] != 0, log[-4000:]
     expected = "host algo-2 stopped answering" if killed == "algo-2" else LOST_MASTER[case]
     assert result["hosts"][survivor]["failure"].startswith(expected), log[-4000:]
@@ -292,28 +300,9 @@ def test_a_host_cut_off_without_a_word_ends_every_host_within_a_minute(case, tmp
     waits for a connection's end notices. Each host must still exit non-zero within a minute,
     naming the other: `train`'s watch of the other hosts' sshd (MPI), `train` (torchrun) or
     TensorFlow servers (parameter server), or TensorFlow's heartbeats (MultiWorkerMirrored)."""
-    args, _, _ = CASES[case]
-    job = tmp_path / "job"
-    job_file = tmp_path / "job.json"
-    job_file.write_text(json.dumps({"peer_grace_s": 90}))
-    cluster = subprocess.Popen(
-        [sys.executable, "-m", "dtc_local.cluster", "--job-file", str(job_file), "--image", IMAGE, "--instance-count",
-         "2", "--job-dir", str(job), "--timeout-s", "300", *args, "-p", "epochs=60"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=podman_env(), stdin=subprocess.DEVNULL)
-    lines = []
-    for line in cluster.stdout:
-        lines.append(line)
-        if "epoch=1/60 " in line:
-            break
-    cut = subprocess.run(["podman", "network", "disconnect", "dtc-cluster", "algo-2"], capture_output=True, text=True,
-                         env=podman_env())
-    cut_at = time.monotonic()
-    log = "".join(lines) + cluster.communicate(timeout=150)[0]
-    elapsed_s = time.monotonic() - cut_at
+    elapsed_s, log, result = disrupt_mid_epoch(case, tmp_path, ["podman", "network", "disconnect", NETWORK, "algo-2"])
     print(f"{case}: both hosts ended {elapsed_s:.1f} s after algo-2 was cut off")
-    assert cut.returncode == 0, cut.stderr
     assert elapsed_s < 60, log[-4000:]
-    result = json.loads((job / "result.json").read_text())
     for host, other in (("algo-1", "algo-2"), ("algo-2", "algo-1")):
         assert result["hosts"][host]["exit_code"] not in (0, 137, 143), (host, log[-4000:])
         assert result["hosts"][host]["failure"].startswith(f"host {other} stopped answering"), (host, log[-4000:])
