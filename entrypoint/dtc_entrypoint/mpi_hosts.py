@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 SSH_PORT = 22
 POLL_S = 1.0
 MASTER_CHECK_EVERY_S = 5.0
-MASTER_LOST_CHECKS = 3   # a master whose sshd refuses this many checks in a row is gone
 
 
 def ensure_sshd() -> None:
@@ -71,9 +70,9 @@ def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[]
     """Runs sshd, waits for the master's mpirun to start ``orted`` here, and returns once every
     ``orted`` has exited, killing what its ranks left behind.
 
-    While ``orted`` runs, the master's sshd is checked every ``MASTER_CHECK_EVERY_S``: a master
-    that refuses ``MASTER_LOST_CHECKS`` checks in a row (its host or container died) ends this
-    host's ranks, which would otherwise wait in a collective until the job's MaxRuntime.
+    While ``orted`` runs, the master's sshd is watched (``peers.watch_until_one_closes``): a
+    master that stops answering (its host or container died, or the network to it failed) ends
+    this host's ranks, which would otherwise wait in a collective until the job's MaxRuntime.
 
     SIGTERM or SIGINT (SageMaker stops every host's container) goes to this host's ranks through
     their ``rank_shim``, and the wait goes on while they finish (mpirun's daemon must outlive
@@ -119,16 +118,14 @@ def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[]
                 master_seen = master_seen or up
             time.sleep(POLL_S)
         log.info("MPI worker: mpirun's daemon is running; waiting for it to finish")
-        refused = 0
-        while psutil.wait_procs(daemons, timeout=MASTER_CHECK_EVERY_S)[1]:
-            if stopped:   # the master is being stopped too: its mpirun may go first
-                continue
-            refused = 0 if peers.accepts(master_host, SSH_PORT) else refused + 1
-            if refused >= MASTER_LOST_CHECKS:
-                _end_local_ranks()
-                raise PeerError(report.lost_host(
-                    master_host, f"the MPI master's sshd refused {MASTER_LOST_CHECKS} connections in a row while "
-                    "this host's ranks ran; they were ended"))
+        # a stopped job's master may go first: then only wait for the ranks to finish saving
+        lost = peers.watch_until_one_closes(
+            [(master_host, SSH_PORT)], stop=lambda: bool(stopped) or not psutil.wait_procs(daemons, timeout=0)[1])
+        if lost:
+            _end_local_ranks()
+            raise PeerError(report.lost_host(master_host, "the MPI master's sshd stopped answering while this host's "
+                                                          "ranks ran; they were ended"))
+        psutil.wait_procs(daemons)
         log.info("MPI worker: the job's processes on this host have ended")
         _end_local_ranks()
         return stopped[0] if stopped else None
