@@ -42,7 +42,7 @@ PYTEST_ARGS ?=
 SETUP_STAMP := $(VENV)/.setup-complete
 SETUP_INPUTS := versions.env pyproject.toml scripts/setup-host.sh $(wildcard docker/*.sh docker/patches/*.patch)
 
-.PHONY: setup image train cluster test push bench bench-gpu gpu-verify gpu-check clean
+.PHONY: setup image train cluster test test-unit test-fast lint push bench bench-gpu gpu-verify gpu-check clean
 
 $(SETUP_STAMP): $(SETUP_INPUTS)
 	scripts/setup-host.sh
@@ -74,12 +74,25 @@ cluster: $(SETUP_STAMP) image
 	    -p epochs=$(EPOCHS)) \
 	  $(foreach hp,$(HYPERPARAMETERS),-p $(hp)) $(CLUSTER_ARGS)
 
-# Every test. The GPU image is built and checked too when its build inputs differ from the
-# last verification (tests/fixtures/gpu-verified.json; scripts/gpu_inputs.py).
-test: $(SETUP_STAMP) image
-	@if python3 scripts/gpu_inputs.py check; then gpu_image=; else \
-	  FLAVOR=gpu IMAGE=$(GPU_IMAGE) scripts/build-image.sh && gpu_image=$(GPU_IMAGE); fi; \
-	DTC_IMAGE=$(IMAGE) DTC_GPU_IMAGE=$$gpu_image $(PYTHON) -m pytest $(PYTEST_ARGS)
+# Every test, tier by tier, each phase timed (scripts/test.sh; what CI's .ci/run calls): setup,
+# the CPU image, the GPU image when its build inputs differ from the last verification
+# (tests/fixtures/gpu-verified.json; scripts/gpu_inputs.py), lint, then tests/unit,
+# tests/integration, tests/cluster with tests/image, and tests/gpu.
+test:
+	MAKE="$(MAKE)" PYTHON=$(PYTHON) IMAGE=$(IMAGE) GPU_IMAGE=$(GPU_IMAGE) PYTEST_ARGS="$(PYTEST_ARGS)" scripts/test.sh
+
+# tests/unit alone: no process started, seconds.
+test-unit: $(SETUP_STAMP)
+	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
+
+# Everything but containers: lint, tests/unit and tests/integration (real train, mpirun, torchrun on this host).
+test-fast: $(SETUP_STAMP)
+	MAKE="$(MAKE)" PYTHON=$(PYTHON) PYTEST_ARGS="$(PYTEST_ARGS)" TEST_PHASES="lint unit integration" scripts/test.sh
+
+# ruff (pyproject.toml) over every Python file; shellcheck over the shell scripts.
+lint: $(SETUP_STAMP)
+	$(VENV)/bin/ruff check .
+	shellcheck -x docker/*.sh scripts/*.sh
 
 # Builds FLAVORS, runs their in-image suite and pushes them to the ECR repository REPOSITORY in
 # REGION by running buildspec.yml here, as CodeBuild runs it (dtc_local.buildspec; steps in

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU runtime check, on a machine with NVIDIA GPUs, with a dated report: runs
-# tests/test_gpu.py against the GPU image (default dtc:gpu; `make image FLAVOR=gpu` builds it) and
+# tests/gpu/test_gpu.py against the GPU image (default dtc:gpu; `make image FLAVOR=gpu` builds it) and
 # writes build/gpu-report-<date>.md (machine, driver, GPUs, image, each check's result) next to
 # build/gpu-report-<date>.xml (JUnit). On a machine without a GPU it says so, writes the report
 # with that, and exits 0: the checks skip cleanly.
@@ -8,14 +8,15 @@
 # Env: GPU_IMAGE (default dtc:gpu), PYTHON (the host venv's python), PYTEST_ARGS.
 set -uo pipefail
 REPO_DIR="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$REPO_DIR"
+cd "$REPO_DIR" || exit 1
 PYTHON="${PYTHON:-$REPO_DIR/.venv/bin/python}"
 GPU_IMAGE="${GPU_IMAGE:-dtc:gpu}"
 stamp="$(date -u +%Y-%m-%dT%H%M%SZ)"
 report="build/gpu-report-$stamp.md" junit="build/gpu-report-$stamp.xml"
 mkdir -p build
 gpus="$(nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true)"
-DTC_GPU_IMAGE="$GPU_IMAGE" "$PYTHON" -m pytest tests/test_gpu.py -v -rs --junitxml="$junit" ${PYTEST_ARGS:-} \
+read -r -a extra <<< "${PYTEST_ARGS:-}"
+DTC_GPU_IMAGE="$GPU_IMAGE" "$PYTHON" -m pytest tests/gpu/test_gpu.py -v -rs --junitxml="$junit" "${extra[@]}" \
   | tee "build/gpu-check-$stamp.log"
 code=${PIPESTATUS[0]}
 {
@@ -24,12 +25,12 @@ code=${PIPESTATUS[0]}
   echo "- machine: $(uname -n), $(nproc) cores, $(uname -r)"
   echo "- image: $GPU_IMAGE"
   echo "- GPUs (index, name, driver, memory):"
-  if [ -n "$gpus" ]; then sed 's/^/  - /' <<<"$gpus"; else echo "  - none visible: every check skipped"; fi
+  if [ -n "$gpus" ]; then while read -r gpu; do echo "  - $gpu"; done <<<"$gpus"; else echo "  - none visible: every check skipped"; fi
   echo "- result: $(grep -E '^=+ .* in [0-9.]+s' "build/gpu-check-$stamp.log" | tail -n1 | sed -E 's/^=+ (.*) =+$/\1/')"
   echo
   echo "| check | result |"
   echo "|---|---|"
-  grep -E '^tests/test_gpu.py::\S+ (PASSED|FAILED|SKIPPED|ERROR)' "build/gpu-check-$stamp.log" \
+  grep -E '^tests/gpu/test_gpu.py::\S+ (PASSED|FAILED|SKIPPED|ERROR)' "build/gpu-check-$stamp.log" \
     | sed -E 's/^tests\/test_gpu.py::(\S+) (PASSED|FAILED|SKIPPED|ERROR).*/| \1 | \2 |/'
 } > "$report"
 echo "[gpu-check] report: $report"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GPU flavor and checks everything about it that needs no GPU (tests/test_gpu_image.py:
+# Builds the GPU flavor and checks everything about it that needs no GPU (tests/image/test_gpu_image.py:
 # the in-image suite, labels, the main job of both frameworks against the CPU image, a two-host
 # cluster), then records what was verified in tests/fixtures/gpu-verified.json: the hash of the
 # GPU build's inputs (scripts/gpu_inputs.py), the build's time and size against their budgets,
@@ -16,7 +16,8 @@ IMAGE="${IMAGE:-dtc:cpu}" GPU_IMAGE="${GPU_IMAGE:-dtc:gpu}"
 FLAVOR=gpu IMAGE="$GPU_IMAGE" BUILD_REPORT=build/gpu-build.json scripts/build-image.sh
 mkdir -p build
 set +e
-DTC_IMAGE="$IMAGE" DTC_GPU_IMAGE="$GPU_IMAGE" "$PYTHON" -m pytest tests/test_gpu_image.py ${PYTEST_ARGS:-} \
+read -r -a extra <<< "${PYTEST_ARGS:-}"
+DTC_IMAGE="$IMAGE" DTC_GPU_IMAGE="$GPU_IMAGE" "$PYTHON" -m pytest tests/image/test_gpu_image.py "${extra[@]}" \
   | tee build/gpu-checks.log
 code=${PIPESTATUS[0]}
 set -e

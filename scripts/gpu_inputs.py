@@ -4,7 +4,7 @@
 The GPU image takes about 35 minutes to build on this project's 2-core machines, too long for
 every CI run, so CI re-verifies it exactly when its inputs change: `make test` compares the hash
 of the files below with ``tests/fixtures/gpu-verified.json`` and, when they differ, builds the
-GPU image and runs its checks too (tests/test_gpu_verified.py fails a run that skipped them).
+GPU image and runs its checks too (tests/unit/test_gpu_verified.py fails a run that skipped them).
 `make gpu-verify` builds and checks it and writes the record.
 
 Inputs: everything that decides what the GPU build does or what its checks assert (the
@@ -27,7 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RECORD = REPO / "tests" / "fixtures" / "gpu-verified.json"
 INPUTS = ("Dockerfile", ".dockerignore", "versions.env", "docker", "scripts/build-image.sh",
-          "scripts/make-base-image.sh", "scripts/gpu-verify.sh", "tests/image", "tests/test_gpu_image.py")
+          "scripts/make-base-image.sh", "scripts/gpu-verify.sh", "tests/image/in_image",
+          "tests/image/test_gpu_image.py")
 
 
 def input_files(repo: Path = REPO) -> list[str]:

@@ -9,7 +9,7 @@
 #               (the AWS CLI's `ecr get-login` was removed in v2)
 #   build       scripts/build-image.sh for every flavor in FLAVORS, with every pin of versions.env
 #               as a build argument; fails above the flavor's size budget (docs/image.md)
-#   test        the in-image suite (tests/image) in every flavor, before anything is pushed
+#   test        the in-image suite (tests/image/in_image) in every flavor, before anything is pushed
 #   push        for every flavor: an immutable tag, <flavor>-<git sha, 12 hex> (refused when the
 #               registry already has it: a pushed tag is never overwritten), and a descriptive tag
 #               from the image's labels, <flavor>-tf<TF>-pt<PyTorch>-py<Python>[-cu<CUDA>]
@@ -20,7 +20,7 @@
 # FLAVORS (space-separated; default cpu), GIT_SHA (default $CODEBUILD_RESOLVED_SOURCE_VERSION,
 # then `git rev-parse HEAD`), RELEASE_DIR (default build/release), PUSH_REGISTRY (push to this
 # registry instead of the repository's ECR registry, keeping the repository name: a mirror, or
-# a local registry to rehearse with; tests/test_delivery.py), and what the AWS CLI reads
+# a local registry to rehearse with; tests/image/test_delivery.py), and what the AWS CLI reads
 # (credentials, AWS_ENDPOINT_URL). The container engine is docker where a daemon answers, else
 # podman (scripts/container.sh).
 set -euo pipefail
@@ -103,7 +103,7 @@ case "$step" in
   test)
     for flavor in $FLAVORS; do
       log "in-image suite in dtc:$flavor"
-      "$engine" run --rm --network none -v "$REPO_DIR/tests/image:/tests:ro" "dtc:$flavor" \
+      "$engine" run --rm --network none -v "$REPO_DIR/tests/image/in_image:/tests:ro" "dtc:$flavor" \
         python -m pytest -q -rs -p no:cacheprovider /tests
     done
     ;;

@@ -1,7 +1,7 @@
 """Runs a CodeBuild buildspec (``version: 0.2``) on this machine, the way CodeBuild runs it.
 
 ``make push`` uses it to run the project's ``buildspec.yml`` from a workstation, and
-tests/test_delivery.py to run that file's own commands (not a copy of them). What it mirrors
+tests/image/test_delivery.py to run that file's own commands (not a copy of them). What it mirrors
 of CodeBuild (AWS CodeBuild User Guide, "Build specification reference" and "Build phase
 transitions"):
 
@@ -77,7 +77,8 @@ class Buildspec:
 def _refuse_unknown(where: str, found: dict, allowed: set[str]) -> None:
     unknown = sorted(set(found) - allowed)
     if unknown:
-        raise BuildspecError(f"{where}: {', '.join(unknown)} not supported by this runner (supported: {', '.join(sorted(allowed))})")
+        raise BuildspecError(f"{where}: {', '.join(unknown)} not supported by this runner "
+                             f"(supported: {', '.join(sorted(allowed))})")
 
 
 def parse(text: str, source: str = "buildspec.yml") -> Buildspec:
@@ -134,7 +135,8 @@ def script(spec: Buildspec, exports_file: str) -> str:
         for command in commands:
             lines.append(f"  echo {shlex.quote('[buildspec] Running command ' + command)} >&2")
             lines.append(f"  eval {shlex.quote(command)} || {{ __rc=$?; "
-                         f"echo \"[buildspec] Phase {phase.upper()} failed: command exited $__rc\" >&2; return $__rc; }}")
+                         f"echo \"[buildspec] Phase {phase.upper()} failed: command exited $__rc\" >&2; "
+                         "return $__rc; }")
         lines.append("  return 0")
         lines.append("}")
     lines.append("__status=0")

@@ -27,7 +27,7 @@ Usage: ``python -m dtc_local.cluster --image dtc:cpu --instance-count 2 --distri
 --processes-per-host 2 --program builtin:pytorch -p epochs=10`` or ``--job-file job.json``
 (same keys, underscores: image, instance_count, processes_per_host, distribution, program,
 source_dir, hyperparameters, channels, gpus, environment, subnet, peer_grace_s, checkpoint_dir,
-command).
+command, name).
 ``make cluster`` wraps it.
 """
 
@@ -91,6 +91,10 @@ class ClusterJob:
             between runs: what ``checkpoint_s3_uri`` gives a real job (every host's checkpoint
             directory synced to one S3 prefix and restored on a restart), to rehearse a stopped
             or spot-interrupted job resuming. ``None``: each host's tree has its own, new each run.
+        name: ``None``: the network is ``dtc-cluster`` and the containers are named after their
+            hosts (``algo-1``...). A name: the network is ``<name>`` and the containers
+            ``<name>-algo-1``..., so clusters with different names (and subnets) run side by side
+            on one machine. Inside every container the host names stay ``algo-N``.
     """
 
     image: str
@@ -108,10 +112,20 @@ class ClusterJob:
     peer_grace_s: float = 30.0
     checkpoint_dir: str | None = None
     command: tuple[str, ...] = TRAIN_COMMAND
+    name: str | None = None
 
     @property
     def hosts(self) -> tuple[str, ...]:
         return tuple(f"algo-{i}" for i in range(1, self.instance_count + 1))
+
+    @property
+    def network(self) -> str:
+        """The private network's name (and ``docker compose``'s project name)."""
+        return self.name or NETWORK
+
+    def container(self, host: str) -> str:
+        """The container that runs ``host``."""
+        return f"{self.name}-{host}" if self.name else host
 
 
 def host_addresses(job: ClusterJob) -> dict[str, str]:
@@ -140,7 +154,8 @@ def distribution_hyperparameters(job: ClusterJob) -> dict[str, object]:
     flags = {
         "none": {},
         "mpi": {"sagemaker_mpi_enabled": True, "sagemaker_mpi_custom_mpi_options": ""},
-        "torch_distributed": {"sagemaker_torch_distributed_enabled": True, "sagemaker_instance_type": job.instance_type},
+        "torch_distributed": {"sagemaker_torch_distributed_enabled": True,
+                              "sagemaker_instance_type": job.instance_type},
         "multi_worker_mirrored_strategy": {"sagemaker_multi_worker_mirrored_strategy_enabled": True},
         "parameter_server": {"sagemaker_parameter_server_enabled": True},
     }[job.distribution]
@@ -189,21 +204,23 @@ def compose_file(job: ClusterJob, trees: Mapping[str, str]) -> dict:
     addresses = host_addresses(job)
     services = {}
     for host, tree in trees.items():
-        service = {"image": job.image, "container_name": host, "hostname": host, "command": list(job.command),
+        service = {"image": job.image, "container_name": job.container(host), "hostname": host,
+                   "command": list(job.command),
                    "shm_size": "1gb", "volumes": volumes(job, tree), "environment": container_env(job),
                    "extra_hosts": [f"{h}:{a}" for h, a in addresses.items()],
-                   "networks": {NETWORK: {"ipv4_address": addresses[host]}}}
+                   "networks": {job.network: {"ipv4_address": addresses[host]}}}
         if job.gpus == "all":
-            service["deploy"] = {"resources": {"reservations": {"devices": [{"count": "all", "capabilities": ["gpu"]}]}}}
+            gpus = [{"count": "all", "capabilities": ["gpu"]}]
+            service["deploy"] = {"resources": {"reservations": {"devices": gpus}}}
         services[host] = service
-    network = {"name": NETWORK, "internal": True, "ipam": {"config": [{"subnet": job.subnet}]}}
-    return {"services": services, "networks": {NETWORK: network}}
+    network = {"name": job.network, "internal": True, "ipam": {"config": [{"subnet": job.subnet}]}}
+    return {"services": services, "networks": {job.network: network}}
 
 
 def podman_run_argv(job: ClusterJob, host: str, tree: str) -> list[str]:
     """``podman run`` for one host: static address, an ``/etc/hosts`` entry per host, its mounts."""
     addresses = host_addresses(job)
-    argv = ["podman", "run", "--rm", "--name", host, "--hostname", host, "--network", NETWORK,
+    argv = ["podman", "run", "--rm", "--name", job.container(host), "--hostname", host, "--network", job.network,
             "--ip", addresses[host], "--shm-size", "1g"]
     for other, address in addresses.items():
         argv += ["--add-host", f"{other}:{address}"]
@@ -237,12 +254,12 @@ def run_podman(job: ClusterJob, trees: Mapping[str, str], timeout_s: float) -> d
         SystemExit: the private network cannot be created (a subnet clash names ``--subnet``).
     """
     for host in job.hosts:
-        subprocess.run(["podman", "rm", "-f", host], capture_output=True)
-    subprocess.run(["podman", "network", "rm", "-f", NETWORK], capture_output=True)
-    created = subprocess.run(["podman", "network", "create", "--internal", "--subnet", job.subnet, NETWORK],
+        subprocess.run(["podman", "rm", "-f", job.container(host)], capture_output=True)
+    subprocess.run(["podman", "network", "rm", "-f", job.network], capture_output=True)
+    created = subprocess.run(["podman", "network", "create", "--internal", "--subnet", job.subnet, job.network],
                              capture_output=True, text=True)
     if created.returncode != 0:
-        raise SystemExit(f"cluster: cannot create the network {NETWORK} with subnet {job.subnet} "
+        raise SystemExit(f"cluster: cannot create the network {job.network} with subnet {job.subnet} "
                          f"(choose another with --subnet or the job file's \"subnet\"): {created.stderr.strip()}")
     lock = threading.Lock()
     procs, pumps = {}, []
@@ -253,19 +270,20 @@ def run_podman(job: ClusterJob, trees: Mapping[str, str], timeout_s: float) -> d
                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
             pumps.append(threading.Thread(target=_pump, args=(host, procs[host].stdout, lock), daemon=True))
             pumps[-1].start()
-        return supervise_hosts(procs, timeout_s, job.peer_grace_s, stop=_podman_stop)
+        return supervise_hosts(procs, timeout_s, job.peer_grace_s,
+                               stop=lambda host: _podman_stop(job.container(host)))
     finally:
         for host, proc in procs.items():
             if proc.poll() is None:
-                subprocess.run(["podman", "kill", host], capture_output=True)
+                subprocess.run(["podman", "kill", job.container(host)], capture_output=True)
                 proc.wait()
         for pump in pumps:
             pump.join(timeout=10)
-        subprocess.run(["podman", "network", "rm", "-f", NETWORK], capture_output=True)
+        subprocess.run(["podman", "network", "rm", "-f", job.network], capture_output=True)
 
 
-def _podman_stop(host: str) -> None:
-    subprocess.run(["podman", "stop", "-t", str(STOP_TIMEOUT_S), host], capture_output=True)
+def _podman_stop(container: str) -> None:
+    subprocess.run(["podman", "stop", "-t", str(STOP_TIMEOUT_S), container], capture_output=True)
 
 
 def supervise_hosts(procs: Mapping[str, subprocess.Popen], timeout_s: float, peer_grace_s: float,
@@ -302,7 +320,7 @@ def supervise_hosts(procs: Mapping[str, subprocess.Popen], timeout_s: float, pee
 
 def run_compose(job: ClusterJob, compose_path: str, timeout_s: float) -> dict[str, int]:
     """Runs the project with ``docker compose``; returns host -> exit code."""
-    base = ["docker", "compose", "-f", compose_path, "-p", NETWORK]
+    base = ["docker", "compose", "-f", compose_path, "-p", job.network]
     try:
         subprocess.run(base + ["up", "--no-color"], timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -362,7 +380,7 @@ def _job_from(args: argparse.Namespace) -> ClusterJob:
         with open(args.job_file) as handle:
             spec = json.load(handle)
     for key in ("image", "instance_count", "processes_per_host", "distribution", "program", "source_dir", "gpus",
-                "subnet", "checkpoint_dir"):
+                "subnet", "checkpoint_dir", "name"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
     hyperparameters = dict(spec.get("hyperparameters", {}))
@@ -380,7 +398,8 @@ def _job_from(args: argparse.Namespace) -> ClusterJob:
     if "image" not in spec:
         raise SystemExit("cluster: no image: pass --image or set \"image\" in the job file")
     if spec.get("distribution", "mpi") not in DISTRIBUTIONS:
-        raise SystemExit(f"cluster: distribution must be one of {', '.join(DISTRIBUTIONS)}, got {spec['distribution']!r}")
+        raise SystemExit(f"cluster: distribution must be one of {', '.join(DISTRIBUTIONS)}, "
+                         f"got {spec['distribution']!r}")
     return ClusterJob(**spec)
 
 
@@ -395,6 +414,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--source-dir", help="directory mounted at /opt/ml/code")
     parser.add_argument("--gpus", choices=("none", "all"))
     parser.add_argument("--subnet", help=f"the private network's IPv4 subnet (default {DEFAULT_SUBNET})")
+    parser.add_argument("--name", help="the cluster's name: network <name>, containers <name>-algo-N (default: "
+                                           f"network {NETWORK}, containers algo-N); clusters of different names "
+                                           "and subnets run side by side")
     parser.add_argument("--checkpoint-dir", help="directory mounted at /opt/ml/checkpoints on every host and kept "
                                                  "between runs (what checkpoint_s3_uri does): a rerun resumes from it")
     parser.add_argument("-p", "--hyperparameter", action="append", default=[], metavar="KEY=VALUE")

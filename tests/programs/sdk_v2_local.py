@@ -12,11 +12,10 @@ import json
 import logging
 import os
 
+import sdk_job_args
 from sagemaker.estimator import Estimator
 from sagemaker.local import LocalSession
 from sagemaker.pytorch import PyTorch
-
-import sdk_job_args
 
 parser = sdk_job_args.parser(__doc__.split("\n\n")[0])
 parser.add_argument("--estimator", choices=("generic", "pytorch"), default="generic")

@@ -13,11 +13,10 @@ import json
 import logging
 import os
 
+import sdk_job_args
 from sagemaker.train.configs import Compute, InputData, SourceCode
 from sagemaker.train.distributed import MPI, Torchrun
 from sagemaker.train.model_trainer import Mode, ModelTrainer
-
-import sdk_job_args
 
 parser = sdk_job_args.parser(__doc__.split("\n\n")[0])
 parser.add_argument("--driver", choices=("none", "torchrun", "mpi"), default="none")

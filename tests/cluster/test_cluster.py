@@ -1,0 +1,279 @@
+"""Every strategy on a local two-host cluster (`dtc_local.cluster`, what `make cluster` runs):
+containers algo-1 and algo-2 on a private network, each with its own service-style /opt/ml tree.
+
+Each job must reach >= 0.90 validation accuracy on digits, end with bit-identical weights on
+every data-parallel rank, exit 0 on every host, and write the model once (on the master).
+`make test` builds the image and names it in DTC_IMAGE; without it these tests skip.
+"""
+
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import time
+from datetime import datetime
+
+import pytest
+
+from helpers import (
+    CLUSTER,
+    CONTAINER,
+    FAULT_LINE,
+    HOSTS,
+    IMAGES,
+    METRIC,
+    PROGRAMS,
+    STRATEGIES,
+    assert_identical_weights,
+    check_two_host_job,
+    checkpoint_position,
+    podman_env,
+    run_cluster,
+    start_cluster,
+)
+
+pytestmark = [pytest.mark.image,
+              pytest.mark.skipif(not IMAGES["cpu"],
+                                 reason="DTC_IMAGE is not set (make test builds the image and sets it)")]
+# Stops, kills and cut-offs: one strategy per launcher (mpirun, torchrun, TF_CONFIG workers, the
+# parameter-server chief and servers); mpi-tensorflow shares mpi-pytorch's launcher.
+ONE_PER_LAUNCHER = [name for name, strategy in STRATEGIES.items() if strategy.lost_master is not None]
+
+
+@pytest.mark.parametrize("case", list(STRATEGIES))
+def test_strategy_on_two_hosts(case, tmp_path):
+    check_two_host_job(case, tmp_path)
+
+
+def test_a_failing_rank_on_a_worker_host_fails_the_job_and_every_host_exits(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy(PROGRAMS / "raise_error.py", source)
+    done, result = run_cluster(tmp_path / "job", "--distribution", "mpi", "--processes-per-host", "1",
+                               "--program", "raise_error.py", "--source-dir", str(source),
+                               "-p", "mode=raise-rank-1", timeout_s=400)
+    assert done.returncode != 0 and result["exit_code"] == result["hosts"]["algo-1"]["exit_code"] != 0
+    assert result["hosts"]["algo-1"]["failure"].startswith("ValueError: learning rate must be positive")
+    # the worker host, where the failing rank ran, fails too and names it (the toolkit's exits 0)
+    assert result["hosts"]["algo-2"]["exit_code"] == 1
+    assert result["hosts"]["algo-2"]["failure"] == "rank 1 on host algo-2 exited with code 1"
+
+
+def test_a_stopped_two_host_mpi_job_lets_every_rank_finish_saving(tmp_path):
+    """SageMaker stops a job by sending SIGTERM to every host's container and killing it 120 s
+    later. Each rank's handler takes 8 s (a checkpoint): both hosts' ranks must finish it (mpirun
+    alone kills ranks about 2 s after the signal, and a worker host whose PID 1 died would make
+    the master's mpirun abort every rank), and both hosts report the stop."""
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy(PROGRAMS / "wait_for_sigterm.py", source)
+    job = tmp_path / "job"
+    cluster = start_cluster(job, "--distribution", "mpi", "--processes-per-host", "1", "--program",
+                            "wait_for_sigterm.py", "--source-dir", str(source), "-p", "save-seconds=8", timeout_s=360)
+    started = [job / "algo-1" / "output" / "data" / "started-0", job / "algo-2" / "output" / "data" / "started-1"]
+    deadline = time.monotonic() + 240
+    while not all(p.exists() for p in started):
+        assert cluster.poll() is None and time.monotonic() < deadline, cluster.stdout.read()[-4000:]
+        time.sleep(0.5)
+    stopped_at = time.monotonic()
+    stop = subprocess.run(["podman", "stop", "-t", "60", *map(CLUSTER.container, HOSTS)], capture_output=True,
+                          text=True, env=podman_env(), timeout=120)
+    log = cluster.communicate(timeout=120)[0]
+    assert stop.returncode == 0, stop.stderr
+    assert time.monotonic() - stopped_at < 60, log[-4000:]          # well before a 60 s SIGKILL
+    result = json.loads((job / "result.json").read_text())
+    assert (job / "algo-1" / "output" / "data" / "sigterm-0").read_text() == "SIGTERM", log[-4000:]
+    assert (job / "algo-2" / "output" / "data" / "sigterm-1").read_text() == "SIGTERM", log[-4000:]
+    for host in HOSTS:
+        assert result["hosts"][host]["exit_code"] == 143, (host, log[-4000:])
+        assert result["hosts"][host]["failure"].startswith("wait_for_sigterm.py was stopped by SIGTERM")
+
+
+@pytest.mark.parametrize("case", ONE_PER_LAUNCHER)
+def test_a_two_host_job_stopped_mid_epoch_exits_143_on_every_host_and_resumes(case, tmp_path):
+    """SageMaker stops every host's container (SIGTERM, SIGKILL 120 s later) at a random moment of
+    epoch 2 (epoch 1's length after its end); the checkpoint directory is shared like checkpoint_s3_uri. Every host
+    must exit 143
+    within a minute saying it was stopped, with a checkpoint of the step reached; the job run
+    again resumes at that step on both hosts and finishes as well as an uninterrupted one."""
+    strategy = STRATEGIES[case]
+    epochs = strategy.cluster_epochs
+    checkpoints = tmp_path / "checkpoints"
+    common = ["--checkpoint-dir", str(checkpoints), *strategy.cluster_args(), "-p", f"epochs={epochs}"]
+    cluster = start_cluster(tmp_path / "stopped", *common, timeout_s=460)
+    lines = []
+    for line in cluster.stdout:          # until the first epoch is done
+        lines.append(line)
+        if f"epoch=1/{epochs} " in line:
+            break
+    epoch_s = float(re.search(r"epoch_seconds=([0-9.]+)", lines[-1]).group(1))
+    delay_s = random.uniform(0, 1) * epoch_s
+    print(f"{case}: stopping both hosts {delay_s:.2f} s into epoch 2 (epoch 1 took {epoch_s:.2f} s)")
+    time.sleep(delay_s)
+    stopped_at = time.monotonic()
+    stop = subprocess.run(["podman", "stop", "-t", "90", *map(CLUSTER.container, HOSTS)], capture_output=True,
+                          text=True, env=podman_env(), timeout=150)
+    log = "".join(lines) + cluster.communicate(timeout=150)[0]
+    assert stop.returncode == 0, stop.stderr
+    assert time.monotonic() - stopped_at < 60, log[-4000:]
+    result = json.loads((tmp_path / "stopped" / "result.json").read_text())
+    for host in HOSTS:
+        assert result["hosts"][host]["exit_code"] == 143, (host, log[-4000:])
+        assert "was stopped by SIGTERM" in result["hosts"][host]["failure"].splitlines()[0], (host, log[-4000:])
+    position = checkpoint_position(tmp_path)                     # tmp_path/checkpoints, shared
+    assert position is not None and position >= (1, 0), (position, log[-4000:])
+
+    done, result = run_cluster(tmp_path / "resumed", *common, timeout_s=600)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0 and result["exit_code"] == 0, log[-6000:]
+    assert re.search(rf"resuming from .*: epoch {position[0]}(?: of \d+)? done, {position[1]} ", log), log[-6000:]
+    epochs_seen = METRIC.findall(log)
+    assert int(epochs_seen[0][0]) in (position[0] + 1, position[0] + 2) and int(epochs_seen[-1][0]) == epochs
+    assert float(epochs_seen[-1][2]) >= 0.90, epochs_seen[-1:]
+    assert_identical_weights(log, strategy.two_host_world_size)
+
+
+def run_job_with_fault(tmp_path, fault: str, case: str = "mpi-pytorch") -> tuple[float, str, dict]:
+    """A two-host job of ``case`` (STRATEGIES) with DTC_FAULT set, the hosts given 90 s to exit on
+    their own. Returns (end time, log, result.json)."""
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({"environment": {"DTC_FAULT": fault}, "peer_grace_s": 90}))
+    done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file), *STRATEGIES[case].cluster_args(),
+                               "-p", "epochs=10", timeout_s=400)
+    return time.time(), done.stdout + done.stderr, result
+
+
+@pytest.mark.parametrize("case", [name for name, strategy in STRATEGIES.items() if strategy.killed_rank is not None])
+def test_a_rank_killed_on_a_worker_host_ends_every_host_within_a_minute(case, tmp_path):
+    """The last rank (on algo-2) dies of SIGKILL mid-epoch (DTC_FAULT: what the OOM killer
+    does). The hosts are given 90 s before the harness would stop them, so each must exit on
+    its own within a minute; the master's failure names the rank and host under MPI (mpirun
+    sees every rank), else the host (the master's ranks only see their connections to it
+    close), and algo-2's names the rank and the signal."""
+    rank, expected = STRATEGIES[case].killed_rank, STRATEGIES[case].killed_rank_failure
+    ended, log, result = run_job_with_fault(tmp_path, f"rank={rank} step=30 signal=KILL", case)
+    [(stamp, killed_rank, _)] = FAULT_LINE.findall(log)
+    assert killed_rank == str(rank)
+    assert ended - datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp() < 60, log[-4000:]
+    assert result["hosts"]["algo-1"]["exit_code"] != 0
+    assert result["hosts"]["algo-1"]["failure"].startswith(expected), log[-4000:]
+    assert result["hosts"]["algo-2"]["exit_code"] != 0, log[-4000:]
+    assert re.match(rf"(rank {rank} on host algo-2|builtin:tensorflow) was killed by SIGKILL",
+                    result["hosts"]["algo-2"]["failure"]), log[-4000:]
+    assert not result["hosts"]["algo-1"]["model"] and not result["hosts"]["algo-2"]["model"]
+
+
+def test_a_host_fault_injected_at_a_step_ends_the_job_naming_the_host(tmp_path):
+    """DTC_FAULT="host=algo-2 step=30" (dtc_train.fault): algo-2's processes are all killed after
+    step 30, as when its instance dies; the master names the host within a minute, and algo-2's
+    own train, which outlives them as PID 1, fails too."""
+    ended, log, result = run_job_with_fault(tmp_path, "host=algo-2 step=30")
+    stamps = [stamp for stamp, rank, _ in FAULT_LINE.findall(log) if rank in ("2", "3")]
+    assert stamps, log[-4000:]
+    assert ended - datetime.strptime(min(stamps), "%Y-%m-%d %H:%M:%S,%f").timestamp() < 60, log[-4000:]
+    assert result["hosts"]["algo-1"]["exit_code"] != 0
+    assert result["hosts"]["algo-1"]["failure"].startswith("host algo-2 stopped answering"), log[-4000:]
+    assert result["hosts"]["algo-2"]["exit_code"] != 0, log[-4000:]
+    assert result["hosts"]["algo-2"]["failure"].startswith("host algo-2: DTC_FAULT killed every process of this host "
+                                                            "but train after step 30"), log[-4000:]
+
+
+def disrupt_mid_epoch(case: str, tmp_path, action: list[str]) -> tuple[float, str, dict]:
+    """Starts a two-host job of ``case`` (60 epochs, the hosts given 90 s to exit on their own,
+    not stopped by the harness), runs ``action`` (a podman command) once epoch 2 is under way,
+    and waits for the job. Returns (seconds from the action to the job's end, log, result.json)."""
+    job = tmp_path / "job"
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({"peer_grace_s": 90}))
+    cluster = start_cluster(job, "--job-file", str(job_file), *STRATEGIES[case].cluster_args(), "-p", "epochs=60",
+                            timeout_s=360)
+    lines = []
+    for line in cluster.stdout:          # until the second epoch is under way
+        lines.append(line)
+        if "epoch=1/60 " in line:
+            break
+    acted = subprocess.run(action, capture_output=True, text=True, env=podman_env())
+    acted_at = time.monotonic()
+    log = "".join(lines) + cluster.communicate(timeout=150)[0]
+    elapsed_s = time.monotonic() - acted_at
+    assert acted.returncode == 0, acted.stderr
+    return elapsed_s, log, json.loads((job / "result.json").read_text())
+
+
+@pytest.mark.parametrize("killed", ["algo-2", "algo-1"], ids=["worker", "master"])
+@pytest.mark.parametrize("case", ONE_PER_LAUNCHER)
+def test_a_killed_container_ends_the_job_within_a_minute(case, killed, tmp_path):
+    """`podman kill` of one host's container mid-epoch (a host that dies). A killed worker: the
+    master notices (mpirun's lost daemon, Gloo's reset connection, TensorFlow's missing
+    heartbeats, or, for the parameter-server chief, which would wait for the worker forever,
+    `train`'s own watch of the other hosts' servers). A killed master: the worker host notices
+    (its watch of the master's sshd under MPI, its ranks' lost connections, or the master's
+    parameter server closing without the end notice). Either way the survivor exits non-zero
+    within a minute, names the lost host, and leaves no training process behind."""
+    survivor = "algo-1" if killed == "algo-2" else "algo-2"
+    elapsed_s, log, result = disrupt_mid_epoch(case, tmp_path, ["podman", "kill", CLUSTER.container(killed)])
+    print(f"{case}: {survivor} ended {elapsed_s:.1f} s after {killed} was killed")
+    assert elapsed_s < 60, log[-4000:]
+    assert result["hosts"][survivor]["exit_code"] != 0, log[-4000:]
+    expected = "host algo-2 stopped answering" if killed == "algo-2" else STRATEGIES[case].lost_master
+    assert result["hosts"][survivor]["failure"].startswith(expected), log[-4000:]
+    assert result["hosts"][killed]["exit_code"] == 137           # SIGKILL
+    assert not result["hosts"]["algo-1"]["model"] and not result["hosts"]["algo-2"]["model"]
+
+
+@pytest.mark.parametrize("case", ONE_PER_LAUNCHER)
+def test_a_host_cut_off_without_a_word_ends_every_host_within_a_minute(case, tmp_path):
+    """algo-2 is disconnected from the cluster's network mid-epoch (`podman network disconnect`):
+    no connection is closed, as when an instance dies or its network fails, so nothing that
+    waits for a connection's end notices. Each host must still exit non-zero within a minute,
+    naming the other: `train`'s watch of the other hosts' sshd (MPI), `train` (torchrun) or
+    TensorFlow servers (parameter server), or TensorFlow's heartbeats (MultiWorkerMirrored)."""
+    elapsed_s, log, result = disrupt_mid_epoch(
+        case, tmp_path, ["podman", "network", "disconnect", CLUSTER.network, CLUSTER.container("algo-2")])
+    print(f"{case}: both hosts ended {elapsed_s:.1f} s after algo-2 was cut off")
+    assert elapsed_s < 60, log[-4000:]
+    for host, other in (("algo-1", "algo-2"), ("algo-2", "algo-1")):
+        assert result["hosts"][host]["exit_code"] not in (0, 137, 143), (host, log[-4000:])
+        assert result["hosts"][host]["failure"].startswith(f"host {other} stopped answering"), (host, log[-4000:])
+
+
+NEVER_STARTED = "10.213.38.99"
+
+
+@pytest.fixture
+def unreachable_network():
+    """An internal network on which nothing answers at NEVER_STARTED."""
+    name = f"dtc-test-{os.getpid()}"
+    env = podman_env()
+    subprocess.run(["podman", "network", "create", "--internal", "--subnet", "10.213.38.0/24", name],
+                   check=True, capture_output=True, env=env)
+    yield name
+    subprocess.run(["podman", "network", "rm", "-f", name], capture_output=True, env=env)
+
+
+@pytest.mark.parametrize("current_host, network, expected", [
+    ("algo-1", "none", "host algo-2 could not be resolved by name within 5 s"),
+    ("algo-2", "none", "host algo-1 could not be resolved by name within 5 s"),
+    ("algo-1", "unreachable", "host algo-2 could not be reached: it did not accept ssh on port 22 within 5 s"),
+], ids=["master-cannot-resolve-worker", "worker-cannot-resolve-master", "master-cannot-reach-worker"])
+def test_a_cluster_that_cannot_form_fails_within_seconds_naming_the_host(
+        current_host, network, expected, make_job, request):
+    """Issue #8: a host whose peer does not resolve (no DNS, no hosts entry) or never answers
+    fails in seconds with the host in the first line, instead of waiting out 600 s."""
+    root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_mpi_enabled": True},
+                    hosts=HOSTS, current_host=current_host)
+    shutil.copy(PROGRAMS / "echo_argv.py", root / "code")
+    argv = [CONTAINER, "run", "--rm", "--hostname", current_host, "-v", f"{root}:/opt/ml",
+            "-e", "DTC_HOST_RESOLVE_TIMEOUT_S=5", "-e", "DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S=5"]
+    if network == "none":
+        argv += ["--network", "none"]
+    else:
+        argv += ["--network", request.getfixturevalue("unreachable_network"), "--add-host", f"algo-2:{NEVER_STARTED}"]
+    start = time.monotonic()
+    done = subprocess.run([*argv, IMAGES["cpu"], "train"], capture_output=True, text=True, timeout=120)
+    elapsed_s = time.monotonic() - start
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (root / "output" / "failure").read_text().splitlines()[0].startswith(expected)
+    assert elapsed_s < 45, f"took {elapsed_s:.0f} s"

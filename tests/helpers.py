@@ -1,0 +1,421 @@
+"""What several test tiers share: paths, the log lines the trainers print, running `train` on a
+job tree, the container and local-cluster runners, the checks more than one file asserts, and
+the one table of distribution strategies (``STRATEGIES``) every strategy test iterates over.
+
+Test files import from here, never from each other. Fixtures live in tests/conftest.py.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dtc_local import cluster, job_tree
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"
+PROGRAMS = TESTS / "programs"
+FIXTURES = TESTS / "fixtures"
+BIN = Path(sys.executable).parent
+CONTAINER = str(REPO / "scripts" / "container.sh")
+HOSTS = ("algo-1", "algo-2")
+# Under pytest-xdist each worker runs its two-host clusters under its own name and subnet, so two
+# workers' clusters (containers <name>-algo-N, network <name>) never meet.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+CLUSTER = cluster.ClusterJob(image="", name=f"dtc-test-{WORKER}", subnet=f"10.213.{50 + int(WORKER[2:])}.0/24")
+IMAGES = {"cpu": os.environ.get("DTC_IMAGE"), "gpu": os.environ.get("DTC_GPU_IMAGE")}
+
+# The lines every built-in trainer prints (dtc_train.common): one metric line per epoch, one
+# weight digest per rank at the end, rate-limited progress lines within epochs.
+METRIC = re.compile(r"epoch=(\d+)/(\d+) .*?val_accuracy=([0-9.]+) val_samples=(\d+)")
+DIGEST = re.compile(r"rank=(\d+) world_size=(\d+) final_weights_sha256=([0-9a-f]{64})")
+PROGRESS = re.compile(r"progress epoch=(\d+)/(\d+) step=(\d+)/(\d+) samples_per_second=([0-9.]+) eta_seconds=(\d+)")
+RESUMING = re.compile(r"resuming from .*: epoch (\d+)(?: of \d+)? done, (\d+) (?:of \d+ )?steps of epoch \d+ done")
+FAULT_LINE = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) \[rank (\d+)\] "
+                        r"DTC_FAULT: ending this rank after step (\d+)")
+SCALAR_TAGS = {"train/loss", "train/accuracy", "validation/loss", "validation/accuracy",
+               "throughput/samples_per_second", "time/epoch_seconds"}
+VALIDATION_IMAGES = 360          # the digits validation channel (dtc_train.digits)
+SAVED_MODEL = {"pytorch": "model.pth", "tensorflow": "1/saved_model.pb"}
+# Hyperparameter values that a shell or a naive encoding would mangle; they must reach programs exactly.
+AWKWARD = {
+    "spaces": "a b  c",
+    "quotes": "it's \"quoted\"",
+    "dollar": "$HOME ${PATH} $(id)",
+    "semicolon": "x; rm -rf / && echo hi | cat",
+    "backtick": "`uname`",
+    "newline": "line1\nline2",
+    "glob": "*.py",
+    "empty": "",
+    "dash": "--not-a-flag",
+    "unicode": "naïve ✓",
+}
+
+
+# ------------------------------------------------------------------------------ strategies
+@dataclass(frozen=True)
+class Strategy:
+    """One way of training, as every strategy test runs it.
+
+    Attributes:
+        distribution: ``dtc_local.cluster.DISTRIBUTIONS`` (the SDK v2 ``distribution`` it stands for).
+        framework: ``pytorch`` | ``tensorflow`` (the built-in trainer, ``builtin:<framework>``).
+        processes_per_host: ``sagemaker_mpi_num_of_processes_per_host``.
+        two_host_world_size: data-parallel ranks on two hosts (the parameter-server layout has one
+            worker: the chief trains, the other host serves).
+        cluster_epochs: epochs a two-host job runs to reach >= 0.90 validation accuracy.
+        lost_master: the start of the worker host's first failure line when the master host dies
+            (None: not tested).
+        killed_rank: the rank on algo-2 that a rank-kill test kills (None: not tested).
+        killed_rank_failure: the start of the master's first failure line then.
+    """
+
+    distribution: str
+    framework: str
+    processes_per_host: int
+    two_host_world_size: int
+    cluster_epochs: int
+    lost_master: str | None = None
+    killed_rank: int | None = None
+    killed_rank_failure: str | None = None
+
+    @property
+    def program(self) -> str:
+        return f"builtin:{self.framework}"
+
+    def hyperparameters(self) -> dict[str, object]:
+        """hyperparameters.json's ``sagemaker_*`` keys for one host, as SDK v2 writes them (the
+        local cluster's own table, ``dtc_local.cluster.distribution_hyperparameters``)."""
+        job = cluster.ClusterJob(image="", instance_count=1, processes_per_host=self.processes_per_host,
+                                 distribution=self.distribution, program=self.program)
+        return {"sagemaker_program": self.program, **cluster.distribution_hyperparameters(job)}
+
+    def cluster_args(self) -> list[str]:
+        """``python -m dtc_local.cluster`` flags for this strategy."""
+        return ["--distribution", self.distribution, "--processes-per-host", str(self.processes_per_host),
+                "--program", self.program]
+
+
+STRATEGIES = {
+    "mpi-pytorch": Strategy(
+        "mpi", "pytorch", 2, 4, 10, "host algo-1 stopped answering: mpirun's daemon here lost it and ended rank 2, 3",
+        killed_rank=3, killed_rank_failure="rank 3 on host algo-2 was killed by SIGKILL (SIGKILL is what the "
+                                           "kernel's out-of-memory killer sends"),
+    "mpi-tensorflow": Strategy("mpi", "tensorflow", 2, 4, 10),
+    "torchrun-ddp": Strategy(
+        "torch_distributed", "pytorch", 2, 4, 10, "host algo-1 stopped answering",
+        killed_rank=3, killed_rank_failure="host algo-2 stopped answering: the connection to its ranks was lost"),
+    "multi-worker-mirrored": Strategy(
+        "multi_worker_mirrored_strategy", "tensorflow", 1, 2, 8, "host algo-1 stopped answering: TensorFlow",
+        killed_rank=1, killed_rank_failure="host algo-2 stopped answering: TensorFlow"),
+    "parameter-server": Strategy(
+        "parameter_server", "tensorflow", 1, 1, 6,
+        "host algo-1 stopped answering: its parameter server (algo-1:2223) closed"),
+}
+
+
+# ------------------------------------------------------------------------------ train on this host
+@dataclass
+class TrainResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    base_dir: Path
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    @property
+    def failure(self) -> str | None:
+        path = self.base_dir / "output" / "failure"
+        return path.read_text() if path.exists() else None
+
+    @property
+    def succeeded(self) -> bool:
+        return (self.base_dir / "output" / "success").exists()
+
+
+def train_env(base_dir: Path, env: dict | None = None) -> dict[str, str]:
+    """The environment `train` gets in a container: ``SAGEMAKER_BASE_DIR`` = ``base_dir``, this
+    venv's bin first on PATH, plus ``env``."""
+    full_env = {**os.environ, "SAGEMAKER_BASE_DIR": str(base_dir), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    full_env.pop("SAGEMAKER_PROGRAM", None)
+    full_env.update(env or {})
+    return full_env
+
+
+def run_train(base_dir: Path, *args: str, env: dict | None = None, timeout_s: float = 900) -> TrainResult:
+    """Runs the installed `train` command against ``base_dir`` like a container would."""
+    done = subprocess.run([str(BIN / "train"), *args], env=train_env(base_dir, env), capture_output=True, text=True,
+                          timeout=timeout_s, stdin=subprocess.DEVNULL)
+    return TrainResult(done.returncode, done.stdout, done.stderr, base_dir)
+
+
+def processes_of_job(base_dir: Path) -> list[str]:
+    """Processes still running for the job at ``base_dir`` (every process ``train`` starts has
+    its ``SAGEMAKER_BASE_DIR``), as ``pid cmdline`` strings."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.pid != os.getpid() and process.environ().get("SAGEMAKER_BASE_DIR") == str(base_dir):
+                found.append(f"{process.pid} {' '.join(process.cmdline())}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+def job_tree_at(hyperparameters: dict, where: Path) -> Path:
+    """A job tree at ``where``/opt/ml (kept between runs: channels and checkpoints stay)."""
+    root = where / "opt" / "ml"
+    job_tree.write(str(root), hyperparameters=hyperparameters, channels=("training", "validation"), clean=False)
+    return root
+
+
+def digits_job(where: Path, digits_channels: Path, hyperparameters: dict, stray_files: bool = False) -> Path:
+    """A job tree at ``where``/opt/ml with the digits channels copied in (``stray_files``: plus
+    what S3 channels often hold besides images, which the trainers must skip)."""
+    root = job_tree_at(hyperparameters, where)
+    for channel in ("training", "validation"):
+        shutil.copytree(digits_channels / channel, root / "input" / "data" / channel, dirs_exist_ok=True)
+        if stray_files:
+            add_stray_files(root / "input" / "data" / channel)
+    return root
+
+
+def mpi_digits_job(where: Path, digits_channels: Path, framework: str, processes_per_host: int = 2,
+                   epochs: int = 12, **hyperparameters) -> Path:
+    """The main job (`make train`): builtin:<framework> on ``processes_per_host`` MPI ranks over
+    the digits channels, stray files included."""
+    return digits_job(where, digits_channels, {
+        "sagemaker_program": f"builtin:{framework}", "sagemaker_mpi_enabled": True,
+        "sagemaker_mpi_num_of_processes_per_host": processes_per_host, "sagemaker_mpi_custom_mpi_options": "",
+        "epochs": epochs, **hyperparameters}, stray_files=True)
+
+
+def copy_programs(source_dir: Path, *names: str) -> Path:
+    """A submit directory holding the named test programs (tests/programs/)."""
+    source_dir.mkdir(exist_ok=True)
+    for name in names:
+        shutil.copy(PROGRAMS / name, source_dir / name)
+    return source_dir
+
+
+def add_stray_files(channel: Path) -> list[str]:
+    """Puts what S3 channels often hold besides images into an ImageFolder channel: a _SUCCESS
+    marker and a manifest at the top, .DS_Store and a README in a class folder, a hidden
+    folder. Returns their paths relative to the channel."""
+    first_class = sorted(p for p in channel.iterdir() if p.is_dir())[0]
+    strays = {"_SUCCESS": "", "manifest.json": "[]", f"{first_class.name}/.DS_Store": "\0\0",
+              f"{first_class.name}/README.txt": "not an image", ".ipynb_checkpoints/x-checkpoint.png": "junk"}
+    for path, text in strays.items():
+        (channel / path).parent.mkdir(parents=True, exist_ok=True)
+        (channel / path).write_text(text)
+    return sorted(strays)
+
+
+def read_json(path: Path):
+    return json.loads(Path(path).read_text())
+
+
+def pins() -> dict[str, str]:
+    """versions.env as a dict."""
+    values = {}
+    for line in (REPO / "versions.env").read_text().splitlines():
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            values[key] = value
+    return values
+
+
+def torch_load(path: Path):
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def checkpoint_position(root: Path) -> tuple[int, int] | None:
+    """(epochs done, steps of the next done) in the job's checkpoint (``root``/checkpoints), or None."""
+    directory = root / "checkpoints"
+    if (directory / "checkpoint.pt").exists():
+        state = torch_load(directory / "checkpoint.pt")
+        return state["epoch"], state["step"]
+    if (directory / "checkpoint.npz").exists():
+        import numpy as np
+
+        with np.load(directory / "checkpoint.npz") as saved:
+            return int(saved["epoch"]), int(saved["step"])
+    return None
+
+
+def final_digests(log: str, world_size: int) -> dict[int, str]:
+    """rank -> final weight digest, for the ranks of a job of ``world_size``."""
+    return {int(rank): digest for rank, size, digest in DIGEST.findall(log) if int(size) == world_size}
+
+
+def assert_identical_weights(log: str, world_size: int) -> None:
+    """Every rank of ``world_size`` printed its digest, and all are equal."""
+    digests = final_digests(log, world_size)
+    assert sorted(digests) == list(range(world_size)), log[-3000:]
+    assert len(set(digests.values())) == 1, f"ranks finished with different weights: {digests}"
+
+
+# ------------------------------------------------------------------------------ observability
+def readme_metric_definitions() -> list[dict]:
+    """The metric_definitions list the README gives users, as Python."""
+    import ast
+
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"metric_definitions = (\[.*?\n\])", text, re.S).group(1)
+    return ast.literal_eval(block)
+
+
+def check_observability(log: str, output_dir: Path, epochs: int, world_size: int) -> None:
+    """The README's metric regexes, applied line by line as CloudWatch does, read every epoch's
+    values from the real log; rank 0 wrote TensorBoard scalars and the report for the same epochs."""
+    lines = [line for line in log.splitlines() if METRIC.search(line)]
+    assert len(lines) == epochs
+    definitions = readme_metric_definitions()
+    assert {d["Name"] for d in definitions} >= {"validation:accuracy", "train:samples_per_second"}
+    found = {d["Name"]: [float(m.group(1)) for line in log.splitlines() if (m := re.search(d["Regex"], line))]
+             for d in definitions}
+    assert all(len(values) == epochs for values in found.values()), {k: len(v) for k, v in found.items()}
+    assert found["validation:accuracy"] == [float(m.group(3)) for m in map(METRIC.search, lines)]
+
+    # TensorBoard's own reader (TensorBoard 2 scalars are tensors with the scalars plugin's metadata)
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    events = EventAccumulator(str(output_dir / "tensorboard"))
+    events.Reload()
+    assert set(events.Tags()["tensors"]) == SCALAR_TAGS
+    assert all(events.SummaryMetadata(tag).plugin_data.plugin_name == "scalars" for tag in SCALAR_TAGS)
+    accuracy = events.Tensors("validation/accuracy")
+    assert [e.step for e in accuracy] == list(range(1, epochs + 1))
+    assert [float(make_ndarray(e.tensor_proto)) for e in accuracy] == pytest.approx(found["validation:accuracy"],
+                                                                                    abs=1e-4)
+
+    report = output_dir / "data" / "report"
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["epochs_this_run"] == list(range(1, epochs + 1)) and summary["world_size"] == world_size
+    assert summary["final"]["val_accuracy"] == pytest.approx(found["validation:accuracy"][-1], abs=1e-4)
+    assert sum(summary["phase_seconds"].values()) == pytest.approx(summary["wall_seconds"], rel=1e-3)
+    assert summary["phase_seconds"]["training_steps"] > 0 and summary["mean_samples_per_second"] > 0
+    assert "final validation accuracy" in (report / "summary.md").read_text()
+    from PIL import Image
+
+    for name in ("loss.png", "accuracy.png", "throughput.png"):
+        with Image.open(report / name) as image:
+            assert image.format == "PNG" and image.size == (600, 400)
+
+
+# ------------------------------------------------------------------------------ images and containers
+def flavor_image(flavor: str) -> str:
+    """The image of ``flavor`` the run names (DTC_IMAGE, DTC_GPU_IMAGE); skips the test without one."""
+    if not IMAGES[flavor]:
+        who = "make test" if flavor == "cpu" else "make gpu-verify, or make test when the GPU build inputs changed,"
+        pytest.skip(f"no {flavor} image named ({'DTC_IMAGE' if flavor == 'cpu' else 'DTC_GPU_IMAGE'}; {who} sets it)")
+    return IMAGES[flavor]
+
+
+def container(*argv: str, timeout_s: float = 900, check: bool = False) -> subprocess.CompletedProcess:
+    """``docker``/``podman`` ``argv`` (scripts/container.sh picks the engine)."""
+    return subprocess.run([CONTAINER, *argv], capture_output=True, text=True, timeout=timeout_s, check=check)
+
+
+def run_job_in(image: str, root: Path, timeout_s: float = 900) -> subprocess.CompletedProcess:
+    """``train`` in ``image`` on the job tree ``root`` mounted at /opt/ml."""
+    return container("run", "--rm", "--shm-size", "1g", "-v", f"{root}:/opt/ml", image, "train", timeout_s=timeout_s)
+
+
+def check_in_image_suite(flavor: str) -> None:
+    """The in-image sanity suite (tests/image/in_image) passes in the ``flavor`` image."""
+    done = container("run", "--rm", "--network", "none", "-v", f"{TESTS / 'image' / 'in_image'}:/tests:ro",
+                     flavor_image(flavor), "python", "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "/tests")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    if flavor == "gpu":
+        assert " skipped" not in done.stdout.splitlines()[-1], done.stdout[-3000:]   # every GPU check ran
+
+
+def check_labels(flavor: str) -> None:
+    """The image's labels carry the pinned versions of its flavor."""
+    labels = json.loads(container("image", "inspect", flavor_image(flavor), check=True).stdout)[0]["Config"]["Labels"]
+    pinned = pins()
+    assert labels["ai.dtc.flavor"] == flavor
+    assert labels["ai.dtc.tensorflow"] == pinned["TENSORFLOW_VERSION"]
+    assert labels["ai.dtc.horovod"] == pinned["HOROVOD_VERSION"]
+    assert labels["ai.dtc.python"] == pinned["PYTHON_VERSION"]
+    if flavor == "cpu":
+        assert labels["ai.dtc.pytorch"] == pinned["TORCH_VERSION"] and labels["ai.dtc.cuda"] == "none"
+    else:
+        assert labels["ai.dtc.pytorch"] == pinned["TORCH_GPU_VERSION"]
+        assert labels["ai.dtc.cuda"] == pinned["CUDA_RUNTIME_VERSION"]
+
+
+# ------------------------------------------------------------------------------ local clusters
+def podman_env() -> dict:
+    """This environment plus the containers.conf scripts/podman-env.sh writes."""
+    conf = subprocess.run(["bash", "-c", f". {REPO / 'scripts' / 'podman-env.sh'} && echo $CONTAINERS_CONF"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    return {**os.environ, "CONTAINERS_CONF": conf}
+
+
+def cluster_argv(job_dir: Path, *args: str, image: str | None = None, timeout_s: float = 900) -> list[str]:
+    """``python -m dtc_local.cluster`` (what `make cluster` runs) for a two-host job in ``job_dir``,
+    named and addressed as ``CLUSTER``; the cluster gives up ``timeout_s`` - 60 s after it starts."""
+    return [sys.executable, "-m", "dtc_local.cluster", "--image", image or flavor_image("cpu"), "--instance-count",
+            "2", "--name", CLUSTER.name, "--subnet", CLUSTER.subnet, "--job-dir", str(job_dir),
+            "--timeout-s", str(timeout_s - 60), *args]
+
+
+def start_cluster(job_dir: Path, *args: str, image: str | None = None, timeout_s: float = 900) -> subprocess.Popen:
+    """Starts a two-host job (``cluster_argv``) whose merged output is read from ``.stdout``."""
+    return subprocess.Popen(cluster_argv(job_dir, *args, image=image, timeout_s=timeout_s), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=podman_env(), stdin=subprocess.DEVNULL)
+
+
+def run_cluster(job_dir: Path, *args: str, image: str | None = None, timeout_s: float = 900
+                ) -> tuple[subprocess.CompletedProcess, dict]:
+    """Runs a two-host job (``cluster_argv``) to its end. Returns (the process, result.json)."""
+    done = subprocess.run(cluster_argv(job_dir, *args, image=image, timeout_s=timeout_s), capture_output=True,
+                          text=True, timeout=timeout_s, env=podman_env(), stdin=subprocess.DEVNULL)
+    return done, read_json(job_dir / "result.json")
+
+
+def check_two_host_job(name: str, tmp_path: Path, image: str | None = None) -> None:
+    """The strategy ``name`` (``STRATEGIES``) trains builtin:<framework> on two hosts: >= 0.90
+    validation accuracy, bit-identical weights on every data-parallel rank, exit 0 on every host,
+    the model written once (by the master), TensorBoard events and the report from the master's
+    rank 0 only, every host naming algo-1 as master and every rank its own host."""
+    strategy = STRATEGIES[name]
+    epochs, world_size = strategy.cluster_epochs, strategy.two_host_world_size
+    done, result = run_cluster(tmp_path / "job", *strategy.cluster_args(), "-p", f"epochs={epochs}", image=image)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0 and result["exit_code"] == 0, log[-6000:]
+    assert {h: result["hosts"][h]["exit_code"] for h in HOSTS} == {"algo-1": 0, "algo-2": 0}
+    assert all((tmp_path / "job" / h / "output" / "success").exists() for h in HOSTS)
+
+    epochs_seen = METRIC.findall(log)
+    assert len(epochs_seen) == epochs and float(epochs_seen[-1][2]) >= 0.90, epochs_seen[-1:]
+    assert int(epochs_seen[-1][3]) == VALIDATION_IMAGES
+    assert_identical_weights(log, world_size)
+
+    # TensorBoard events and the report come from the master's rank 0 only
+    check_observability(log, tmp_path / "job" / "algo-1" / "output", epochs, world_size)   # PS: its 1 worker
+    assert not (tmp_path / "job" / "algo-2" / "output" / "data" / "report").exists()
+    assert not any((tmp_path / "job" / "algo-2" / "output" / "tensorboard").glob("events.*"))
+
+    assert SAVED_MODEL[strategy.framework] in result["hosts"]["algo-1"]["model"]      # written once, by the master
+    assert result["hosts"]["algo-2"]["model"] == []
+    assert re.search(r"^\[algo-1\] .*master=algo-1", log, re.M) and re.search(r"^\[algo-2\] .*master=algo-1", log, re.M)
+    if world_size == 4:   # every rank names the host it runs on (its own SM_CURRENT_HOST)
+        for rank, host in ((0, "algo-1"), (1, "algo-1"), (2, "algo-2"), (3, "algo-2")):
+            assert re.search(rf"rank {rank}/4 .*\(host {host}\)", log), f"rank {rank} did not report host {host}"

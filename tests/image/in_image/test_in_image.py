@@ -1,0 +1,226 @@
+"""Sanity suite run inside the built image (tests/image/test_image.py starts it with pytest there).
+
+Modelled on AWS DLC's in-container checks (image-build.md section 8): versions equal the pins,
+a clean `pip check`, Horovod's build, imports, MPI, sshd, every shared object resolving, and
+nothing left that should not be. In the GPU flavor also, without a GPU or driver: one CUDA
+major and one copy of every CUDA library (one libnccl.so.2), Horovod's NCCL equal to torch's,
+its kernels for every architecture we ship, and libfabric's EFA provider.
+"""
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+VERSIONS = Path("/opt/dtc/src/versions.env")
+GPU = os.environ.get("FLAVOR") == "gpu"
+gpu_flavor = pytest.mark.skipif(not GPU, reason="GPU flavor only")
+SITE = Path(metadata.distribution("horovod").locate_file(""))
+
+
+def pins() -> dict[str, str]:
+    values = {}
+    for line in VERSIONS.read_text().splitlines():
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            values[key] = value
+    return values
+
+
+def run(*argv: str, **kwargs) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=300, **kwargs).stdout
+
+
+@pytest.mark.parametrize("distribution, key", [
+    ("tensorflow", "TENSORFLOW_VERSION"), ("tf-keras", "TF_KERAS_VERSION"), ("horovod", "HOROVOD_VERSION"),
+    ("mpi4py", "MPI4PY_VERSION"), ("sagemaker-training", "SAGEMAKER_TRAINING_VERSION"),
+    ("nvidia-dali-cuda120", "DALI_VERSION"), ("nvidia-dali-tf-plugin-cuda120", "DALI_VERSION"),
+    ("numpy", "NUMPY_VERSION"), ("protobuf", "PROTOBUF_VERSION"),
+])
+def test_versions_equal_the_pins(distribution, key):
+    assert metadata.version(distribution) == pins()[key]
+
+
+def test_torch_is_the_flavors_build():
+    expected = pins()["TORCH_GPU_VERSION"] if GPU else pins()["TORCH_VERSION"] + "+cpu"
+    assert metadata.version("torch") == expected
+
+
+def _shared_objects(*patterns: str) -> list[Path]:
+    found = [p for pattern in patterns for p in SITE.glob(pattern)]
+    assert found, patterns
+    return found
+
+
+def test_every_shared_object_of_horovod_mpi4py_and_the_dali_plugin_resolves():
+    """`ldd` without LD_LIBRARY_PATH: nothing missing, nothing from a stubs directory."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    for path in _shared_objects("horovod/**/*.so", "mpi4py/**/*.so", "nvidia/dali/plugin/tf/**/*.so"):
+        out = run("ldd", str(path), env=env)
+        assert "not found" not in out and "/stubs/" not in out, f"{path}:\n{out}"
+
+
+def test_pip_check_is_clean():
+    run("python", "-m", "pip", "check")
+
+
+def test_horovod_check_build():
+    out = run("horovodrun", "--check-build")
+    wanted = ["TensorFlow", "PyTorch", "MPI", "Gloo"] + (["NCCL"] if os.environ["FLAVOR"] == "gpu" else [])
+    for name in wanted:
+        assert re.search(rf"\[X\] {name}\b", out), out
+
+
+@pytest.mark.parametrize("module", [
+    "tensorflow", "torch", "horovod.tensorflow", "horovod.tensorflow.keras", "horovod.torch", "mpi4py.MPI",
+    "nvidia.dali", "nvidia.dali.plugin.tf", "nvidia.dali.plugin.pytorch", "sagemaker_training.environment",
+    "dtc_entrypoint.cli", "dtc_train.dali_data",
+])
+def test_imports(module):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    run("python", "-c", f"import {module}", env=env)
+
+
+@pytest.mark.parametrize("code", [
+    "import horovod.torch as h, torch; h.init(); s = int(h.allreduce(torch.tensor([h.rank() + 1]), op=h.Sum))",
+    "import horovod.tensorflow as h, tensorflow as tf; h.init(); "
+    "s = int(h.allreduce(tf.constant([h.rank() + 1]), op=h.Sum)[0])",
+], ids=["torch", "tensorflow"])
+def test_horovod_allreduce_on_two_ranks(code):
+    # one write per rank (print writes the value and the newline apart, which mpirun may interleave)
+    out = run("mpirun", "-np", "2", "-x", "TF_CPP_MIN_LOG_LEVEL=3", "python", "-c",
+              code + "; import sys; sys.stdout.write(f'sum={s}\\n')")
+    assert out.split() == ["sum=3", "sum=3"]
+
+
+def test_mpirun_wrapper_and_openmpi_version():
+    assert "--allow-run-as-root" in Path("/usr/local/bin/mpirun").read_text()
+    assert shutil.which("mpirun") == "/usr/local/bin/mpirun"
+    info = run("ompi_info", "--parsable")
+    assert f"ompi:version:full:{pins()['OPENMPI_VERSION']}" in info.splitlines()
+    assert shutil.which("orted")
+
+
+def test_sshd_is_ready_for_multi_host_mpi():
+    config = run("/usr/sbin/sshd", "-T")
+    settings = dict(line.split(" ", 1) for line in config.splitlines() if " " in line)
+    assert settings["port"] == "22"
+    assert settings["permitrootlogin"] in ("without-password", "prohibit-password")
+    assert settings["passwordauthentication"] == "no"
+    assert list(Path("/etc/ssh").glob("ssh_host_*_key"))
+    assert Path("/root/.ssh/authorized_keys").read_text() == Path("/root/.ssh/id_ed25519.pub").read_text()
+    assert "StrictHostKeyChecking no" in Path("/root/.ssh/config").read_text()
+    assert "session optional pam_loginuid.so" in Path("/etc/pam.d/sshd").read_text()
+
+
+def test_opt_ml_code_is_empty():
+    assert not any(Path("/opt/ml/code").iterdir())
+
+
+def test_no_compilers_in_the_runtime_image():
+    assert [c for c in ("gcc", "g++", "cc", "c++", "clang", "nvcc", "cicc") if shutil.which(c)] == []
+    assert not Path("/usr/local/cuda").exists()      # the GPU builder's CUDA toolkit stays there
+    # Debian's openmpi-bin ships the mpicc wrapper; with no compiler behind it, it cannot compile.
+    if shutil.which("mpicc"):
+        assert subprocess.run(["mpicc", "--version"], capture_output=True).returncode != 0
+
+
+def test_no_build_ca_or_pip_config_left():
+    assert not Path("/run/secrets/pip_ca").exists()
+    assert not Path("/etc/pip.conf").exists() and "PIP_CERT" not in os.environ
+
+
+# ------------------------------------------------------------------- GPU flavor, no GPU needed
+CUDA_LIBRARY = re.compile(r"^lib(cudart|cublas|cublasLt|cudnn\w*|cufft\w*|curand|cusolver\w*|cusparse\w*|nccl|"
+                          r"nvrtc\w*|nvJitLink|nvjpeg\w*|cupti|nvperf_\w+|pcsamplingutil|nvToolsExt|nvvm)\.so(\.[\d.]+)?$")
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@gpu_flavor
+def test_one_copy_of_every_cuda_library_and_exactly_one_libnccl():
+    """By name (one file per library and major version) and by content (no byte-identical copy
+    under another name or directory, as triton's bundled CUPTI was before it was linked)."""
+    by_name: dict[str, list[str]] = {}
+    by_content: dict[str, list[str]] = {}
+    for root in ("/opt", "/usr"):
+        for directory, _, files in os.walk(root):
+            for name in files:
+                path = os.path.join(directory, name)
+                if CUDA_LIBRARY.match(name) and not os.path.islink(path):
+                    stem, _, version = name.partition(".so")
+                    by_name.setdefault(f"{stem}.so{'.'.join(version.split('.')[:2])}", []).append(path)
+                    by_content.setdefault(_sha256(path), []).append(path)
+    assert len(by_name.get("libnccl.so.2", [])) == 1, by_name.get("libnccl.so.2")
+    assert len(by_name) >= 15, sorted(by_name)
+    twice = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not twice, twice
+    copies = [paths for paths in by_content.values() if len(paths) > 1]
+    assert not copies, copies
+
+
+@gpu_flavor
+def test_no_distribution_of_another_cuda_major():
+    major = pins()["CUDA_MAJOR"]
+    names = {d.metadata["Name"].lower() for d in metadata.distributions()}
+    tagged = {n: m.group(1) or m.group(2) for n in names if (m := re.search(r"-cu(\d+)$|-cuda(\d\d)\d$", n))}
+    assert len(tagged) >= 10 and set(tagged.values()) == {major}, tagged
+
+
+@gpu_flavor
+def test_horovods_nccl_is_torchs_nccl():
+    code = ("import torch, horovod.torch as h, horovod.tensorflow as ht; "
+            "v = torch.cuda.nccl.version(); print(h.nccl_built(), ht.nccl_built(), v[0] * 10000 + v[1] * 100 + v[2])")
+    quiet = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    horovod_torch, horovod_tf, torch_nccl = run("python", "-c", code, env=quiet).split()
+    major, minor, patch = (int(x) for x in pins()["NCCL_VERSION"].split("."))
+    assert horovod_torch == horovod_tf == torch_nccl == str(major * 10000 + minor * 100 + patch)
+
+
+@gpu_flavor
+def test_horovod_links_the_shared_nccl_of_torchs_wheel():
+    nccl = SITE / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
+    for path in _shared_objects("horovod/torch/*.so", "horovod/tensorflow/*.so"):
+        resolved = re.search(r"libnccl\.so\.2 => (\S+)", run("ldd", str(path)))
+        assert resolved and os.path.realpath(resolved.group(1)) == str(nccl), (path, resolved)
+
+
+@gpu_flavor
+def test_horovods_cuda_kernels_cover_every_architecture_we_ship():
+    cuobjdump = shutil.which("cuobjdump") or str(SITE / "triton" / "backends" / "nvidia" / "bin" / "cuobjdump")
+    wanted = {f"sm_{cc}" for cc in pins()["HOROVOD_CUDA_CC_LIST"].split(",")}
+    for path in _shared_objects("horovod/torch/*.so", "horovod/tensorflow/*.so"):
+        listed = set(re.findall(r"sm_\d+", run(cuobjdump, "--list-elf", str(path))))
+        assert wanted <= listed, f"{path}: {sorted(listed)}"
+
+
+@gpu_flavor
+def test_torch_and_tensorflow_were_built_for_the_same_cuda_major():
+    code = ("import torch, tensorflow as tf; "
+            "print(torch.version.cuda.split('.')[0], tf.sysconfig.get_build_info()['cuda_version'].split('.')[0])")
+    quiet = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    assert run("python", "-c", code, env=quiet).split() == [pins()["CUDA_MAJOR"]] * 2
+
+
+@gpu_flavor
+def test_horovod_initialises_without_a_driver_in_both_frameworks():
+    code = ("import horovod.torch as h, horovod.tensorflow as ht; h.init(); ht.init(); "
+            "assert h.cuda_built() and h.nccl_built() and ht.cuda_built(); print(h.size(), ht.size())")
+    assert run("python", "-c", code, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}).split() == ["1", "1"]
+
+
+@gpu_flavor
+def test_libfabric_has_its_efa_provider():
+    out = run("ldd", "/usr/lib/x86_64-linux-gnu/libfabric.so.1")
+    assert re.search(r"libefa\.so\.1 => /\S+", out), out

@@ -1,0 +1,182 @@
+"""buildspec.yml end to end with real parts (issue #12): the buildspec's own commands, run by
+dtc_local.buildspec (CodeBuild's phase semantics), against moto's ECR API in server mode (the
+repository and login calls of the real AWS CLI) and Debian's docker-registry (Distribution 2.8)
+on localhost, with htpasswd authentication whose password is the one moto's
+`aws ecr get-login-password` hands out: the login is checked, not waved through.
+
+The image is pushed, then pulled back into an empty image store and run from there.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from helpers import BIN, CONTAINER, REPO, flavor_image, pins
+
+pytestmark = pytest.mark.image
+ACCOUNT = "123456789012"          # moto's default account; its ECR token's password is "<account>-auth-token"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"server exited with {process.returncode}"
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout_s} s")
+
+
+@pytest.fixture
+def ecr_api(tmp_path):
+    """moto's server on a free port; yields the AWS CLI environment that points at it."""
+    port = free_port()
+    log = open(tmp_path / "moto.log", "w")
+    server = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
+    wait_for_port(port, server)
+    yield {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1"}
+    server.terminate()
+    server.wait(timeout=10)
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """docker-registry with htpasswd auth on a free port; yields (address, podman environment)."""
+    if not shutil.which("docker-registry"):
+        pytest.fail("docker-registry is missing: scripts/setup-host.sh installs it")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt
+        hashed = crypt.crypt(f"{ACCOUNT}-auth-token", crypt.mksalt(crypt.METHOD_BLOWFISH))
+    root = tmp_path / "registry"
+    root.mkdir()
+    (root / "htpasswd").write_text(f"AWS:{hashed}\n")
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    (root / "config.yml").write_text(
+        f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
+        f"http:\n  addr: {address}\n  secret: test-only\n"
+        f"auth:\n  htpasswd:\n    realm: dtc-test\n    path: {root / 'htpasswd'}\n")
+    (root / "registries.conf").write_text(f'[[registry]]\nlocation = "{address}"\ninsecure = true\n')
+    log = open(tmp_path / "registry.log", "w")
+    server = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")], stdout=log, stderr=log)
+    wait_for_port(port, server)
+    env = {"CONTAINERS_REGISTRIES_CONF": str(root / "registries.conf"), "REGISTRY_AUTH_FILE": str(root / "auth.json")}
+    yield address, env
+    server.terminate()
+    server.wait(timeout=10)
+    shutil.rmtree(root / "data", ignore_errors=True)      # the pushed layers, about 2 GB
+    # the local tags the push made (also when the test failed half way)
+    names = subprocess.run([CONTAINER, "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
+                           text=True).stdout.split()
+    for name in names:
+        if name.startswith(address + "/"):
+            subprocess.run([CONTAINER, "rmi", name], capture_output=True)
+
+
+def registry_tags(repository: str, env: dict) -> set[str]:
+    done = subprocess.run([CONTAINER, "search", "--list-tags", "--limit", "1000", "--format", "json", repository],
+                          capture_output=True, text=True, env={**os.environ, **env})
+    return set(json.loads(done.stdout)[0]["Tags"]) if done.returncode == 0 else set()
+
+
+def run_buildspec(env: dict, artifacts_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dtc_local.buildspec", str(REPO / "buildspec.yml"),
+                           "--artifacts-dir", str(artifacts_dir)],
+                          cwd=REPO, env={**os.environ, **env}, capture_output=True, text=True, timeout=3000)
+
+
+def aws(env: dict, *argv: str) -> dict:
+    done = subprocess.run([str(BIN / "aws"), *argv, "--output", "json"], env={**os.environ, **env},
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def test_buildspec_creates_the_repository_logs_in_tests_and_pushes_an_image_that_pulls_back_and_runs(
+        ecr_api, registry, tmp_path):
+    if flavor_image("cpu") != "dtc:cpu":
+        pytest.skip("buildspec.yml builds dtc:<flavor>; this run's image is named otherwise")
+    address, podman_env = registry
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    env = {**ecr_api, **podman_env, "REPOSITORY": "team/dtc", "FLAVORS": "cpu", "PUSH_REGISTRY": address}
+    repository = f"{address}/team/dtc"
+    shutil.rmtree(REPO / "build" / "release", ignore_errors=True)
+
+    done = run_buildspec(env, tmp_path / "artifacts")
+    assert done.returncode == 0, done.stderr[-6000:]
+    # Every phase's commands ran, in CodeBuild's order, from the YAML.
+    log = done.stderr
+    assert log.index("Entering phase PRE_BUILD") < log.index("release.sh login") < log.index("Entering phase BUILD")
+    assert log.index("release.sh build") < log.index("release.sh test") < log.index("release.sh push")
+    assert " passed" in done.stdout and "logged in to " + address in log   # the in-image suite's summary
+
+    # The repository was created through the ECR API, scanning on push.
+    [created] = aws(ecr_api, "ecr", "describe-repositories", "--repository-names", "team/dtc")["repositories"]
+    assert created["repositoryUri"] == f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/team/dtc"
+    assert created["imageScanningConfiguration"]["scanOnPush"] is True
+
+    # An immutable and a descriptive tag; the URI as an artifact and an exported variable.
+    pinned = pins()
+    immutable = f"cpu-{sha[:12]}"
+    descriptive = f"cpu-tf{pinned['TENSORFLOW_VERSION']}-pt{pinned['TORCH_VERSION']}-py{pinned['PYTHON_VERSION']}"
+    assert registry_tags(repository, podman_env) == {immutable, descriptive}
+    assert json.loads(done.stdout.splitlines()[-1])["exported_variables"] == {"IMAGE_URI": f"{repository}:{immutable}"}
+    artifacts = tmp_path / "artifacts"
+    assert sorted(p.name for p in artifacts.iterdir()) == ["build-cpu.json", "image-uri.txt", "images.json"]
+    assert (artifacts / "image-uri.txt").read_text().strip() == f"{repository}:{immutable}"
+    assert json.loads((artifacts / "images.json").read_text()) == [
+        {"flavor": "cpu", "uri": f"{repository}:{immutable}", "descriptive_uri": f"{repository}:{descriptive}"}]
+    assert json.loads((artifacts / "build-cpu.json").read_text())["size_gb"] <= 7
+
+    # Pulled back into an empty image store, the image is the one built, and it runs.
+    pull_env = {**os.environ, **podman_env}
+    runroot = tempfile.mkdtemp(prefix="dtc-rr-")           # podman wants a runroot under 50 characters
+    fresh = [CONTAINER, "--root", str(tmp_path / "store"), "--runroot", runroot]
+    pulled = subprocess.run([*fresh, "pull", "-q", f"{repository}:{immutable}"], capture_output=True, text=True,
+                            env=pull_env, timeout=1200)
+    assert pulled.returncode == 0, pulled.stderr[-3000:]
+    built_id = subprocess.run([CONTAINER, "image", "inspect", "--format", "{{.Id}}", "dtc:cpu"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    assert pulled.stdout.strip() == built_id
+    ran = subprocess.run([*fresh, "run", "--rm", "--network", "none", f"{repository}:{immutable}", "python", "-c",
+                          "import horovod.torch, horovod.tensorflow, dtc_entrypoint; print('ok')"],
+                         capture_output=True, text=True, env=pull_env, timeout=300)
+    assert ran.returncode == 0 and ran.stdout.strip().endswith("ok"), ran.stderr[-3000:]
+    subprocess.run([*fresh, "rmi", "-a", "-f"], capture_output=True, env=pull_env)
+    shutil.rmtree(runroot, ignore_errors=True)
+    shutil.rmtree(tmp_path / "store", ignore_errors=True)
+
+    # The same commit again: the immutable tag is never overwritten.
+    again = run_buildspec(env, tmp_path / "again")
+    assert again.returncode != 0
+    assert f"{repository}:{immutable} is already in the registry and is never overwritten" in again.stderr
+    assert not (tmp_path / "again").exists()
+
+    # Over the size budget: the build phase fails and nothing is pushed.
+    over = run_buildspec({**env, "GIT_SHA": "0" * 40, "IMAGE_SIZE_BUDGET_GB": "1"}, tmp_path / "over")
+    assert over.returncode != 0 and "image is over its size budget" in over.stderr
+    assert "release.sh test" not in over.stderr
+    assert registry_tags(repository, podman_env) == {immutable, descriptive}
+
+
+def test_make_push_needs_a_region():
+    done = subprocess.run(["make", "-s", "push", "REGION="], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 2 and "make push needs REGION=" in done.stderr

@@ -1,0 +1,125 @@
+"""Where this image corrects sagemaker-training's contract (issue #10, item 5) and names the bad
+config file (item 6): SM_* agree with our master and host order, PYTHONPATH is prefixed, pip's own
+error leads the failure, malformed config files are named."""
+
+import json
+
+import pytest
+
+from helpers import copy_programs, read_json, run_train
+
+pytestmark = pytest.mark.mpi
+
+
+def test_sm_training_env_agrees_with_the_master_on_every_host(make_job, tmp_path):
+    """instance_groups lists the distribution hosts unsorted: the toolkit would call algo-3 the
+    master on every host; ours says algo-1 (rank 0's host) on algo-1 only."""
+    hps = {"sagemaker_program": "x.py"}
+    seen = {}
+    for host in ("algo-1", "algo-2", "algo-3"):
+        root = make_job(hps, hosts=["algo-1", "algo-2", "algo-3"], current_host=host)
+        resource = json.loads((root / "input/config/resourceconfig.json").read_text())
+        resource["instance_groups"][0]["hosts"] = ["algo-3", "algo-1", "algo-2"]
+        (root / "input/config/resourceconfig.json").write_text(json.dumps(resource))
+        done = run_train(root, "--plan", timeout_s=60)
+        assert done.returncode == 0, done.output
+        env = json.loads(done.stdout)["env"]
+        training_env = json.loads(env["SM_TRAINING_ENV"])
+        seen[host] = (training_env["master_hostname"], training_env["is_master"], json.loads(env["SM_HOSTS"]))
+    assert seen == {"algo-1": ("algo-1", True, ["algo-1", "algo-2", "algo-3"]),
+                    "algo-2": ("algo-1", False, ["algo-1", "algo-2", "algo-3"]),
+                    "algo-3": ("algo-1", False, ["algo-1", "algo-2", "algo-3"])}
+
+
+@pytest.mark.parametrize("mpi", [False, True], ids=["single", "mpi"])
+def test_pythonpath_from_the_environment_is_kept_after_the_code_dir(make_job, source_dir, tmp_path, mpi):
+    copy_programs(source_dir, "echo_argv.py")
+    hps = {"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir),
+           **({"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2} if mpi else {})}
+    root = make_job(hps)
+    extra = tmp_path / "extra_modules"
+    result = run_train(root, env={"PYTHONPATH": str(extra)})
+    assert result.returncode == 0, result.output
+    record = read_json(root / "output" / "data" / ("argv-0.json" if mpi else "argv-single.json"))
+    assert record["pythonpath"] == f"{root / 'code'}:{extra}"
+
+
+def test_a_failing_requirements_txt_reports_pips_own_error_first(make_job, source_dir):
+    copy_programs(source_dir, "echo_argv.py")
+    (source_dir / "requirements.txt").write_text("dtc-no-such-package-anywhere==1.0\n")
+    root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir)})
+    result = run_train(root, env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}, timeout_s=120)
+    assert result.returncode == 2, result.output
+    first = result.failure.splitlines()[0]
+    assert first.startswith("ERROR: ") and "dtc-no-such-package-anywhere==1.0" in first, result.failure
+    assert "requirements.txt" in result.failure
+    assert not (root / "output" / "data" / "argv-single.json").exists()   # the program never ran
+
+
+@pytest.mark.parametrize("name, text, words", [
+    ("hyperparameters.json", '["lr", 1]', ["hyperparameters.json", "JSON object", "list"]),
+    ("hyperparameters.json", '{"lr": 1,', ["hyperparameters.json", "not valid JSON"]),
+    ("resourceconfig.json", '{"current_host": "algo-1"', ["resourceconfig.json", "not valid JSON"]),
+    ("resourceconfig.json", '"algo-1"', ["resourceconfig.json", "JSON object", "str"]),
+    ("inputdataconfig.json", "{training}", ["inputdataconfig.json", "not valid JSON"]),
+    ("inputdataconfig.json", "[]", ["inputdataconfig.json", "JSON object", "list"]),
+    ("inputdataconfig.json", '{"training": "s3://x"}', ["inputdataconfig.json", "training"]),
+    ("resourceconfig.json", '{"current_host": "algo-1", "hosts": []}', ["resourceconfig.json", '"hosts"']),
+    ("resourceconfig.json", '{"current_host": "algo-1", "hosts": ["algo-1", "algo-1"]}', ["twice"]),
+    ("resourceconfig.json", '{"hosts": ["algo-1"]}', ["resourceconfig.json", '"current_host"']),
+    ("resourceconfig.json", '{"current_host": "algo-9", "hosts": ["algo-1"]}', ["algo-9", "not in hosts"]),
+])
+def test_a_malformed_config_file_is_named_in_the_failures_first_line(make_job, name, text, words):
+    root = make_job({"sagemaker_program": "x.py"})
+    (root / "input" / "config" / name).write_text(text)
+    result = run_train(root, timeout_s=60)
+    assert result.returncode == 2, result.output
+    first = result.failure.splitlines()[0]
+    for word in words:
+        assert word in first, first
+    assert "Traceback" not in result.failure
+
+
+@pytest.mark.parametrize("submit, words", [
+    ("{tmp}/no-such-dir", ["sagemaker_submit_directory", "no-such-dir"]),
+    ("{tmp}/broken.tar.gz", ["sagemaker_submit_directory", "broken.tar.gz"]),
+])
+def test_a_missing_or_broken_submit_directory_is_named(make_job, tmp_path, submit, words):
+    (tmp_path / "broken.tar.gz").write_bytes(b"not a tarball")
+    root = make_job({"sagemaker_program": "train.py", "sagemaker_submit_directory": submit.format(tmp=tmp_path)})
+    result = run_train(root, timeout_s=60)
+    assert result.returncode == 2, result.output
+    first = result.failure.splitlines()[0]
+    for word in words:
+        assert word in first, first
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_a_builtin_trainer_without_its_training_channel_names_it(make_job, framework):
+    root = make_job({"sagemaker_program": f"builtin:{framework}"}, channels=("validation",))
+    result = run_train(root, timeout_s=120)
+    assert result.returncode != 0, result.output
+    first = result.failure.splitlines()[0]
+    assert first.startswith("FileNotFoundError: channel directory") and "input/data/training" in first, first
+
+
+def test_a_configured_interface_that_does_not_exist_falls_back_with_a_warning(make_job):
+    """resourceconfig.json as SDK v3's local mode writes it (network_interface_name "ethwe"): the
+    plan pins NCCL, Gloo and mpirun to an interface this machine has, and says so."""
+    from dtc_entrypoint import fabric
+
+    usable = fabric.usable_interfaces()
+    if not usable:
+        pytest.skip("no non-loopback IPv4 interface on this machine")
+    expected = "eth0" if "eth0" in usable else usable[0]
+    root = make_job({"sagemaker_program": "x.py", "sagemaker_mpi_enabled": True}, hosts=["algo-1", "algo-2"])
+    resource = json.loads((root / "input/config/resourceconfig.json").read_text())
+    resource["network_interface_name"] = "ethwe"
+    (root / "input/config/resourceconfig.json").write_text(json.dumps(resource))
+    done = run_train(root, "--plan", timeout_s=60)
+    assert done.returncode == 0, done.output
+    plan = json.loads(done.stdout)
+    assert plan["env"]["NCCL_SOCKET_IFNAME"] == plan["env"]["GLOO_SOCKET_IFNAME"] == expected
+    argv = plan["argv"]
+    assert argv[argv.index("btl_tcp_if_include") + 1] == expected
+    assert "'ethwe', which this container does not have" in done.stderr

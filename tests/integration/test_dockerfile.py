@@ -1,0 +1,62 @@
+"""The Dockerfile without building it: lint, pins as build arguments, and the resolved builds."""
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from helpers import BIN, REPO, pins
+
+
+def test_hadolint_finds_no_errors():
+    hadolint = shutil.which("hadolint", path=str(BIN)) or shutil.which("hadolint")
+    done = subprocess.run([hadolint, "--failure-threshold", "error", str(REPO / "Dockerfile")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_pin_is_a_build_argument_and_label_defaults_equal_the_pins():
+    text = (REPO / "Dockerfile").read_text()
+    builder = text[text.index("AS builder"):text.index("AS runtime")]
+    declared = set(re.findall(r"^ARG ([A-Z][A-Z0-9_]*)", builder, re.M))
+    pinned = pins()
+    missing = set(pinned) - declared
+    assert not missing, f"pins the builder stage cannot take as build arguments: {missing}"
+    defaults = dict(re.findall(r"^ARG ([A-Z_]+)=(\S+)$", text, re.M))
+    checked = {k: v for k, v in defaults.items() if k in pinned}
+    assert len(checked) >= 6 and all(pinned[k] == v for k, v in checked.items()), checked
+
+
+def test_no_base_image_outside_the_local_debian_base():
+    """Both flavors build on the base scripts/make-base-image.sh makes; no registry image."""
+    text = (REPO / "Dockerfile").read_text()
+    bases = set(re.findall(r"^FROM (\S+)", text, re.M))
+    assert bases == {"${BASE_IMAGE}", "flavor-${FLAVOR}"}, bases
+    assert pins()["BASE_IMAGE"] == "debian:bookworm-slim"
+
+
+@pytest.mark.parametrize("flavor", ["cpu", "gpu"])
+def test_dry_run_prints_the_resolved_build_with_every_pin(flavor):
+    done = subprocess.run([str(REPO / "scripts" / "build-image.sh")], capture_output=True, text=True,
+                          env={**os.environ, "DRY_RUN": "1", "FLAVOR": flavor}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    command = done.stdout
+    assert f"FLAVOR={flavor}" in command
+    for key, value in pins().items():
+        assert f"{key}={value}".replace(",", "\\,").replace("~", "\\~") in command or f"{key}={value}" in command, key
+
+
+def test_a_build_argument_overrides_its_pin_in_the_images_versions_env(tmp_path):
+    """docker/resolve-pins.sh: what the Dockerfile runs first, so `--build-arg X=...` takes effect."""
+    target = tmp_path / "versions.env"
+    shutil.copy(REPO / "versions.env", target)
+    env = {k: v for k, v in os.environ.items() if k not in pins()}
+    done = subprocess.run([str(REPO / "docker" / "resolve-pins.sh"), str(target)], capture_output=True, text=True,
+                          env={**env, "TORCH_GPU_VERSION": "2.13.0+cu129", "NCCL_VERSION": ""}, check=True)
+    resolved = dict(line.split("=", 1) for line in target.read_text().splitlines() if re.match(r"^[A-Z]", line))
+    assert resolved["TORCH_GPU_VERSION"] == "2.13.0+cu129"
+    assert {k: v for k, v in resolved.items() if k != "TORCH_GPU_VERSION"} == \
+        {k: v for k, v in pins().items() if k != "TORCH_GPU_VERSION"}
+    assert "TORCH_GPU_VERSION=2.13.0+cu129 (build argument" in done.stderr

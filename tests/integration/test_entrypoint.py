@@ -1,0 +1,154 @@
+"""`train` against /opt/ml trees with user scripts: argv fidelity, failures, exit codes, code fetching."""
+
+import shutil
+import tarfile
+import time
+
+import pytest
+
+from helpers import AWKWARD, PROGRAMS, copy_programs, read_json, run_train
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize("encoding", ["json", "str"])
+def test_hyperparameters_reach_the_script_exactly(make_job, source_dir, encoding):
+    copy_programs(source_dir, "echo_argv.py")
+    hps = {"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir), **AWKWARD,
+           "epochs": 3, "flag": False, "layers": [64, "relu"], "cfg": {"a": 1}}
+    root = make_job(hps, encoding=encoding)
+    result = run_train(root)
+    assert result.returncode == 0, result.output
+    record = read_json(root / "output" / "data" / "argv-single.json")
+    # JSON-encoded containers arrive as JSON; the generic Estimator's str() of a list or dict is a
+    # Python repr, which is not JSON, and arrives as written.
+    containers = ['[64, "relu"]', '{"a": 1}'] if encoding == "json" else ["[64, 'relu']", "{'a': 1}"]
+    expected = [x for k, v in AWKWARD.items() for x in (f"--{k}", v)] + [
+        "--epochs", "3", "--flag", "False", "--layers", containers[0], "--cfg", containers[1]]
+    assert record["argv"] == expected
+    assert record["sm_user_args"] == expected
+    assert record["cwd"] == str(root / "code")
+    assert result.succeeded and result.failure is None
+
+
+def test_hyperparameters_reach_every_mpi_rank_exactly(make_job, source_dir):
+    copy_programs(source_dir, "echo_argv.py")
+    hps = {"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir),
+           "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2, **AWKWARD}
+    root = make_job(hps)
+    result = run_train(root)
+    assert result.returncode == 0, result.output
+    expected = [x for k, v in AWKWARD.items() for x in (f"--{k}", v)]
+    for rank in ("0", "1"):
+        record = read_json(root / "output" / "data" / f"argv-{rank}.json")
+        assert record["argv"] == expected and record["world_size"] == "2"
+
+
+def test_failing_script_writes_its_exception_first_and_exits_nonzero(make_job, source_dir):
+    copy_programs(source_dir, "raise_error.py")
+    root = make_job({"sagemaker_program": "raise_error.py", "sagemaker_submit_directory": str(source_dir)})
+    result = run_train(root)
+    assert result.returncode == 1
+    first = result.failure.splitlines()[0]
+    assert first == "ValueError: learning rate must be positive; got -0.1 for $LR"
+    assert not result.succeeded
+
+
+def test_failing_rank_under_mpi_fails_the_job_with_its_exception(make_job, source_dir):
+    copy_programs(source_dir, "raise_error.py")
+    root = make_job({"sagemaker_program": "raise_error.py", "sagemaker_submit_directory": str(source_dir),
+                     "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2,
+                     "mode": "raise-rank-1"})
+    result = run_train(root, timeout_s=60)
+    assert result.returncode != 0
+    lines = result.failure.splitlines()
+    assert lines[0] == "ValueError: learning rate must be positive; got -0.1 for $LR"
+    assert "rank 1" in result.failure
+
+
+def test_exit_code_of_the_script_is_passed_through(make_job, source_dir):
+    copy_programs(source_dir, "raise_error.py")
+    root = make_job({"sagemaker_program": "raise_error.py", "sagemaker_submit_directory": str(source_dir),
+                     "mode": "exit-3"})
+    result = run_train(root)
+    assert result.returncode == 3
+    assert result.failure.splitlines()[0] == "raise_error.py exited with code 3"
+
+
+def test_submit_directory_as_a_tarball_and_program_from_the_environment(make_job, source_dir, tmp_path):
+    copy_programs(source_dir, "echo_argv.py")
+    tarball = tmp_path / "sourcedir.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(source_dir / "echo_argv.py", arcname="echo_argv.py")
+    root = make_job({"sagemaker_program": "not_this.py", "sagemaker_submit_directory": str(tarball), "k": "v"})
+    result = run_train(root, env={"SAGEMAKER_PROGRAM": "echo_argv.py"})   # the variable wins, as in the toolkit
+    assert result.returncode == 0, result.output
+    assert read_json(root / "output" / "data" / "argv-single.json")["argv"] == ["-k", "v"]
+
+
+def test_shell_program_gets_its_arguments(make_job, source_dir):
+    source_dir.mkdir()
+    (source_dir / "run.sh").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$SM_OUTPUT_DATA_DIR/args.txt"\n')
+    root = make_job({"sagemaker_program": "run.sh", "sagemaker_submit_directory": str(source_dir), "a": "x y; z"})
+    result = run_train(root)
+    assert result.returncode == 0, result.output
+    assert (root / "output" / "data" / "args.txt").read_text() == "-a\nx y; z\n"
+
+
+@pytest.mark.parametrize("hps, key", [
+    ({"sagemaker_program": "train.py", "sagemaker_mpi_enabled": "maybe"}, "sagemaker_mpi_enabled"),
+    ({"sagemaker_program": "train.py", "sagemaker_mpi_enabled": True,
+      "sagemaker_mpi_num_of_processes_per_host": 0}, "sagemaker_mpi_num_of_processes_per_host"),
+    ({"sagemaker_program": "builtin:jax"}, "sagemaker_program"),
+    ({}, "sagemaker_program"),
+    ({"sagemaker_program": "missing.py"}, "sagemaker_program"),
+])
+def test_bad_input_fails_fast_naming_the_key(make_job, hps, key):
+    root = make_job(hps)
+    result = run_train(root, timeout_s=60)
+    assert result.returncode == 2, result.output
+    assert key in result.failure.splitlines()[0]
+
+
+def test_missing_config_names_the_variable_to_set(tmp_path):
+    result = run_train(tmp_path / "nowhere", timeout_s=60)
+    assert result.returncode == 2
+    assert "SAGEMAKER_BASE_DIR" in result.stderr
+
+
+def test_code_dir_with_files_does_not_silently_hide_the_submit_dir(make_job, source_dir):
+    copy_programs(source_dir, "echo_argv.py")
+    root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir)})
+    (root / "code" / "stale.py").write_text("")      # an image that left files in /opt/ml/code
+    result = run_train(root, timeout_s=60)
+    assert result.returncode == 2
+    assert "not found in" in result.failure.splitlines()[0]
+    assert "already holds files" in result.stderr
+
+
+def test_sdk_local_mode_tree_with_container_paths(make_job, source_dir):
+    """SDK local mode: hosts algo-1-xxxxx, no instance_groups, sagemaker_submit_directory
+    "/opt/ml/code" with the code already mounted there; the tree itself lives elsewhere."""
+    root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": "/opt/ml/code",
+                     "sagemaker_container_log_level": 20, "sagemaker_job_name": "job-local-1",
+                     "sagemaker_region": "us-east-1", "lr": 0.1},
+                    hosts=("algo-1-ab12c",), current_host="algo-1-ab12c", local_mode_shape=True)
+    shutil.copy(PROGRAMS / "echo_argv.py", root / "code")
+    result = run_train(root)
+    assert result.returncode == 0, result.output
+    assert read_json(root / "output" / "data" / "argv-single.json")["argv"] == ["--lr", "0.1"]
+    assert "not unpacked" not in result.stderr
+
+
+def test_a_peer_that_never_resolves_fails_the_host_in_seconds_naming_it(make_job, source_dir):
+    """Issue #8, on the host: a two-host MPI job whose other host's name does not resolve exits 3
+    within the resolve timeout, with that host in the failure's first line."""
+    source_dir.mkdir()
+    shutil.copy(PROGRAMS / "echo_argv.py", source_dir)
+    root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir),
+                     "sagemaker_mpi_enabled": True}, hosts=("algo-1", "dtc-no-such-host.invalid"))
+    start = time.monotonic()
+    result = run_train(root, env={"DTC_HOST_RESOLVE_TIMEOUT_S": "2"}, timeout_s=60)
+    assert result.returncode == 3 and time.monotonic() - start < 20
+    assert result.failure.splitlines()[0].startswith(
+        "host dtc-no-such-host.invalid could not be resolved by name within 2 s")

@@ -1,0 +1,49 @@
+"""The installed stack matches versions.env, and Horovod was built with everything we ship."""
+
+import re
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from helpers import BIN, pins
+
+
+@pytest.mark.parametrize("distribution, key", [
+    ("tensorflow", "TENSORFLOW_VERSION"), ("tf-keras", "TF_KERAS_VERSION"), ("horovod", "HOROVOD_VERSION"),
+    ("mpi4py", "MPI4PY_VERSION"), ("sagemaker-training", "SAGEMAKER_TRAINING_VERSION"),
+    ("nvidia-dali-cuda120", "DALI_VERSION"), ("nvidia-dali-tf-plugin-cuda120", "DALI_VERSION"),
+    ("numpy", "NUMPY_VERSION"), ("protobuf", "PROTOBUF_VERSION"),
+])
+def test_installed_versions_equal_the_pins(distribution, key):
+    assert metadata.version(distribution) == pins()[key]
+
+
+def test_torch_is_the_pinned_cpu_build():
+    assert metadata.version("torch") == pins()["TORCH_VERSION"] + "+cpu"
+
+
+def test_python_is_the_pinned_minor():
+    assert f"{sys.version_info[0]}.{sys.version_info[1]}" == pins()["PYTHON_VERSION"]
+
+
+def test_horovod_check_build_lists_frameworks_and_controllers():
+    out = subprocess.run([str(BIN / "horovodrun"), "--check-build"], capture_output=True, text=True, check=True).stdout
+    for name in ("TensorFlow", "PyTorch", "MPI", "Gloo"):
+        assert re.search(rf"\[X\] {name}\b", out), out
+
+
+def test_openmpi_is_the_pinned_4_1_with_orte():
+    info = subprocess.run(["ompi_info", "--parsable"], capture_output=True, text=True, check=True).stdout
+    assert f"ompi:version:full:{pins()['OPENMPI_VERSION']}" in info.splitlines()
+    assert subprocess.run(["which", "orted"], capture_output=True).returncode == 0   # the toolkit waits for it
+
+
+def test_mpirun_wrapper_runs_a_job_as_root_with_our_defaults():
+    assert "--allow-run-as-root" in (BIN / "mpirun").read_text()
+    done = subprocess.run([str(BIN / "mpirun"), "-np", "2", "sh", "-c",
+                           "echo $OMPI_COMM_WORLD_RANK $OMPI_MCA_hwloc_base_binding_policy"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split("\n")[:2]) == ["0 none", "1 none"]

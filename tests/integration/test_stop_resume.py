@@ -1,0 +1,149 @@
+"""Stop and resume (issue #10): SageMaker stops a job with SIGTERM to the container (a stop,
+MaxRuntime, a managed-spot interruption) and kills it 120 s later; a restart finds
+/opt/ml/checkpoints restored.
+
+Each built-in trainer, under its real launcher (mpirun + Horovod, torchrun + DDP,
+MultiWorkerMirrored, the parameter-server chief with its servers), is sent SIGTERM at a random
+moment after its first epoch (the seed is printed; a stop during start-up is tested apart). It
+must exit 143 well within the grace period, say it was stopped, and leave a checkpoint of the step it had reached (none
+if it
+had not trained yet). Started again on the same tree it resumes at that step and ends where an
+uninterrupted run ends: with bit-identical weights, the input order being restored exactly
+(DALI checkpoints for PyTorch; per-epoch inputs with the done steps skipped for the Keras
+trainers; one seeded stream with the done batches skipped for the parameter-server trainer,
+whose one worker runs the scheduled steps in order).
+"""
+
+import json
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from helpers import BIN, DIGEST, METRIC, RESUMING, STRATEGIES, checkpoint_position, digits_job, run_train, train_env
+
+pytestmark = pytest.mark.e2e
+EPOCHS = 4
+
+
+def job(case, where, digits_channels, **hyperparameters):
+    """The strategy ``case`` (STRATEGIES) on this host, over the digits channels, for EPOCHS."""
+    return digits_job(where, digits_channels, {**STRATEGIES[case].hyperparameters(), "epochs": EPOCHS,
+                                               **hyperparameters})
+
+
+def stop_at(root, delay_s: float, after: re.Pattern | None = None) -> tuple[int, float, str]:
+    """Starts `train` on ``root`` and sends it SIGTERM (as SageMaker does to the container's PID 1)
+    ``delay_s`` seconds after the start, or after the first line matching ``after``; waits.
+    Returns (exit code, seconds from signal to exit, log)."""
+    train = subprocess.Popen([str(BIN / "train")], env=train_env(root), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT,
+                             text=True, stdin=subprocess.DEVNULL)
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read():
+        for line in train.stdout:
+            lines.append(line)
+            if after is not None and after.search(line):
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if after is not None:
+        assert seen.wait(timeout=300), "".join(lines)[-3000:]
+    time.sleep(delay_s)
+    signalled = time.monotonic()
+    train.send_signal(signal.SIGTERM)
+    code = train.wait(timeout=120)
+    took = time.monotonic() - signalled
+    reader.join(timeout=10)
+    return code, took, "".join(lines)
+
+
+def final(result_stdout: str) -> tuple[float, set[str]]:
+    accuracies = METRIC.findall(result_stdout)
+    return float(accuracies[-1][2]), {digest for _, _, digest in DIGEST.findall(result_stdout)}
+
+
+@pytest.mark.parametrize("case", list(STRATEGIES))
+def test_a_job_stopped_at_a_random_moment_resumes_where_it_stopped(case, digits_channels, tmp_path):
+    full = run_train(job(case, tmp_path / "full", digits_channels))
+    assert full.returncode == 0, full.output[-3000:]
+    full_accuracy, full_digests = final(full.stdout)
+
+    # a random moment after the first epoch (start-up: test_a_job_stopped_while_starting_exits_at_once)
+    summary = json.loads((tmp_path / "full" / "opt" / "ml" / "output" / "data" / "report" / "summary.json").read_text())
+    epoch_s = min(epoch["epoch_seconds"] for epoch in summary["epochs_detail"])   # the first one warms up
+    seed = random.randrange(1 << 30)
+    delay_s = random.Random(seed).uniform(0.0, 1.5) * epoch_s
+    print(f"{case}: SIGTERM {delay_s:.2f} s after epoch 1 (random seed {seed}; epochs take {epoch_s:.2f} s of steps)")
+    root = job(case, tmp_path / "stopped", digits_channels)
+    code, took_s, log = stop_at(root, delay_s, after=METRIC)
+    assert code == 128 + signal.SIGTERM, log[-3000:]
+    assert took_s < 60, f"{took_s:.0f} s from SIGTERM to exit"
+    assert (root / "output" / "failure").read_text().splitlines()[0].endswith("was stopped by SIGTERM"), log[-3000:]
+    assert not (root / "output" / "success").exists() and not any((root / "model").iterdir())
+    position = checkpoint_position(root)
+    staged = [p for p in root.rglob("*") if p.name.startswith(".tmp-") or p.name.endswith(".staging")]
+    assert not staged, staged                                            # no half-written file anywhere
+    print(f"{case}: stopped {took_s:.1f} s after the signal; checkpoint position {position}")
+
+    resumed = run_train(root)
+    assert resumed.returncode == 0 and resumed.succeeded, resumed.output[-3000:]
+    if position:
+        epoch, step = (int(v) for v in RESUMING.search(resumed.output).groups())
+        assert (epoch, step) == position
+        steps_per_epoch = int(re.search(r"\((\d+) steps/epoch\)", resumed.output).group(1))
+        # the epochs it reports: from the one under way; a Keras trainer stopped after an epoch's
+        # last step counts that epoch as done without its metric line
+        first = epoch + 2 if step == steps_per_epoch and STRATEGIES[case].framework == "tensorflow" else epoch + 1
+        assert sorted(int(e) for e, *_ in METRIC.findall(resumed.stdout)) == list(range(first, EPOCHS + 1))
+    accuracy, digests = final(resumed.stdout)
+    assert digests == full_digests, "the resumed job's weights differ from an uninterrupted run's"
+    assert accuracy == full_accuracy
+
+
+def test_a_checkpoint_schedule_in_steps_is_kept_and_a_bad_one_is_refused(digits_channels, tmp_path):
+    root = job("mpi-pytorch", tmp_path / "steps", digits_channels, **{"checkpoint-every": "7steps", "epochs": 1})
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-3000:]
+    assert checkpoint_position(root) == (1, 0)
+
+    bad = job("mpi-pytorch", tmp_path / "bad", digits_channels, **{"checkpoint-every": "often"})
+    refused = run_train(bad, timeout_s=120)
+    assert refused.returncode != 0
+    assert "checkpoint-every='often'" in refused.failure
+
+
+def test_a_job_stopped_while_starting_exits_at_once_and_starts_over(digits_channels, tmp_path):
+    """SIGTERM before the first step (imports, MPI start-up, data listing): nothing to save, so the
+    ranks exit at once (not after a step), and a restart starts from the beginning."""
+    root = job("mpi-pytorch", tmp_path / "job", digits_channels, epochs=1)
+    code, took_s, log = stop_at(root, 3.0)   # from the start: MPI, Python and framework start-up take longer
+    assert code == 128 + signal.SIGTERM and took_s < 15, (code, took_s, log[-3000:])
+    assert (root / "output" / "failure").read_text().splitlines()[0] == "builtin:pytorch was stopped by SIGTERM"
+    assert checkpoint_position(root) is None
+    restarted = run_train(root)
+    assert restarted.returncode == 0 and "resuming" not in restarted.output, restarted.output[-3000:]
+    assert checkpoint_position(root) == (1, 0)
+
+
+def test_a_stop_before_training_begins_exits_at_once_and_after_it_is_only_noted():
+    program = ("import os, signal, sys, time\n"
+               "from dtc_train import stop\n"
+               "request = stop.StopRequest()\n"
+               "if sys.argv[1] == 'training':\n"
+               "    request.training_begins()\n"
+               "os.kill(os.getpid(), signal.SIGTERM)\n"
+               "time.sleep(0.2)\n"
+               "print(request.signum)\n")
+    before = subprocess.run([sys.executable, "-c", program, "starting"], capture_output=True, text=True, timeout=60)
+    assert before.returncode == 143 and "before training began: nothing to save" in before.stderr
+    during = subprocess.run([sys.executable, "-c", program, "training"], capture_output=True, text=True, timeout=60)
+    assert during.returncode == 0 and during.stdout.strip() == str(int(signal.SIGTERM))

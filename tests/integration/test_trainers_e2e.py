@@ -1,0 +1,92 @@
+"""End to end: `train` runs each built-in trainer on 2 MPI ranks over the digits channels."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from helpers import (
+    DIGEST,
+    METRIC,
+    PROGRAMS,
+    PROGRESS,
+    VALIDATION_IMAGES,
+    check_observability,
+    digits_job,
+    mpi_digits_job,
+    run_train,
+    torch_load,
+)
+
+pytestmark = pytest.mark.e2e
+EPOCHS = 12
+
+
+@pytest.mark.parametrize("framework, model_files", [
+    ("pytorch", {"model.pth", "model.json"}),
+    ("tensorflow", {"1", "model.json"}),
+])
+def test_builtin_trainer_on_two_ranks(framework, model_files, digits_channels, tmp_path):
+    root = mpi_digits_job(tmp_path, digits_channels, framework, epochs=EPOCHS)
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-4000:]
+    assert result.succeeded and result.failure is None
+
+    epochs = [(int(e), int(n), float(acc), int(s)) for e, n, acc, s in METRIC.findall(result.stdout)]
+    assert [e for e, *_ in epochs] == list(range(1, EPOCHS + 1)), result.stdout[-3000:]
+    assert all(samples == VALIDATION_IMAGES for *_, samples in epochs)   # exact, sharded evaluation
+    assert len(re.findall(r"ignoring 5 entries that are not image files", result.output)) == 2   # once per channel
+    assert epochs[-1][2] >= 0.90
+    check_observability(result.stdout, root / "output", EPOCHS, world_size=2)
+
+    digests = {int(rank): (int(size), digest) for rank, size, digest in DIGEST.findall(result.stdout)}
+    assert set(digests) == {0, 1} and {size for size, _ in digests.values()} == {2}
+    assert digests[0][1] == digests[1][1], "ranks finished with different weights"
+
+    model_dir = root / "model"
+    assert {p.name for p in model_dir.iterdir()} == model_files            # written once, by rank 0
+    assert json.loads((model_dir / "model.json").read_text())["world_size"] == 2
+    assert any((root / "checkpoints").iterdir())
+
+    scored = subprocess.run([sys.executable, str(PROGRAMS / "score_model.py"), framework, str(model_dir),
+                             str(root / "input" / "data" / "validation")],
+                            capture_output=True, text=True, timeout=300)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    score = json.loads(scored.stdout.strip().splitlines()[-1])
+    assert score["samples"] == VALIDATION_IMAGES and score["accuracy"] >= 0.90
+
+
+def _accuracy_by_epoch(result) -> dict[int, float]:
+    return {int(e): float(acc) for e, _, acc, _ in METRIC.findall(result.stdout)}
+
+
+def test_an_unreadable_checkpoint_is_named_and_replaced(digits_channels, tmp_path):
+    root = digits_job(tmp_path / "job", digits_channels, {
+        "sagemaker_program": "builtin:pytorch", "sagemaker_mpi_enabled": True,
+        "sagemaker_mpi_num_of_processes_per_host": 2, "epochs": 2})
+    (root / "checkpoints").mkdir(exist_ok=True)
+    (root / "checkpoints" / "checkpoint.pt").write_bytes(b"truncated")
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "ignoring checkpoint" in result.output and sorted(_accuracy_by_epoch(result)) == [1, 2]
+    assert torch_load(root / "checkpoints" / "checkpoint.pt")["epoch"] == 2
+
+
+def test_progress_lines_within_epochs_are_rate_limited(digits_channels, tmp_path):
+    """One line per progress-seconds at most, with step, global samples/s and an ETA."""
+    root = mpi_digits_job(tmp_path, digits_channels, "pytorch", epochs=4, **{"batch-size": 8, "progress-seconds": 0.25})
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-4000:]
+    progress = [tuple(map(float, m)) for m in PROGRESS.findall(result.stdout)]
+    steps = 90            # ceil(1437 training images / (8 per rank x 2 ranks))
+    assert progress, result.stdout[-2000:]
+    assert all(n == 4 and 0 < step < total == steps and rate > 0 and eta >= 0
+               for _, n, step, total, rate, eta in progress)
+    assert all(1 <= epoch <= 4 for epoch, *_ in progress)
+    seconds = sum(float(s) for s in re.findall(r"epoch_seconds=([0-9.]+)", result.stdout))
+    assert len(progress) <= seconds / 0.25 + 4          # never more than one per interval
+    etas = [eta for *_, eta in progress]
+    assert etas[-1] < etas[0]
+

@@ -1,0 +1,31 @@
+"""The benchmark harness's arithmetic on known inputs: busbw (nccl-tests' formula) and the A7
+model's alpha-beta fit against the Horovod paper's measured efficiencies (bench/common.py, bench/model.py)."""
+
+import sys
+
+import pytest
+
+from helpers import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+import common
+import model
+
+
+def test_busbw_is_the_nccl_tests_formula():
+    assert common.busbw_gbps(8e9, 2.0, 2) == pytest.approx(4.0)        # algbw 4 GB/s x 2(2-1)/2
+    assert common.busbw_gbps(8e9, 2.0, 8) == pytest.approx(7.0)        # x 2(8-1)/8
+    assert common.summary([3.0, 1.0, 2.0, 4.0, 5.0]) == {"median": 3.0, "iqr": 2.0, "min": 1.0, "max": 5.0,
+                                                         "repeats": 5}
+
+
+def test_the_alpha_beta_fit_recovers_known_parameters_and_the_model_matches_the_horovod_paper():
+    alpha, beta = 50e-6, 2e9
+    sizes = [4096, 1 << 20, 8 << 20, 32 << 20]
+    fitted_alpha, fitted_beta = model.fit_alpha_beta(sizes, [2 * alpha + m / beta for m in sizes])
+    assert fitted_alpha == pytest.approx(alpha) and fitted_beta == pytest.approx(beta)
+    paper = model.ASSUMPTIONS["paper_link"]
+    rows = {r["gpus"]: r for r in model.projection(paper["alpha_s"], paper["beta_bytes_per_s"])}
+    for gpus, measured in model.ASSUMPTIONS["paper_efficiency"].items():
+        assert rows[gpus]["ring_efficiency"] == pytest.approx(measured, abs=0.03)   # the paper's 88-90 %
+    assert rows[128]["ps_efficiency"] < 0.6 < rows[128]["ring_efficiency"]          # and its PS comparison

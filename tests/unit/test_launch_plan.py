@@ -1,0 +1,116 @@
+"""Unit: launch plans are pure functions of the job config (`train --plan` prints them:
+tests/integration/test_strategy_plans.py)."""
+
+import json
+
+import pytest
+
+from dtc_entrypoint import launch
+from dtc_entrypoint.config import JobConfig, MpiConfig, mpi_config, natural_key, relocate
+from dtc_entrypoint.errors import ConfigError
+from dtc_entrypoint.program import Program
+
+
+def job(hosts=("algo-1",), current="algo-1", mpi: MpiConfig | None = None, hps=None, **kwargs) -> JobConfig:
+    mpi = mpi or MpiConfig()
+    hosts = tuple(sorted(hosts, key=natural_key))
+    kwargs.setdefault("strategy", "mpi" if mpi.enabled else "single")
+    return JobConfig(
+        base_dir="/opt/ml", current_host=current, hosts=hosts, distribution_hosts=hosts,
+        master_host=hosts[0], network_interface="eth0", num_gpus=0, num_cpus=2,
+        program="train.py", submit_dir="/opt/ml/code", code_dir="/opt/ml/code",
+        user_hyperparameters=hps or {"epochs": 3, "name": "a b"}, framework_parameters={},
+        mpi=mpi, sm_env={"SM_CURRENT_HOST": current, "SM_HOSTS": json.dumps(list(hosts)),
+                         "SM_MODEL_DIR": "/opt/ml/model"},
+        python="/usr/bin/python3", **kwargs)
+
+
+SCRIPT = Program("train.py", True, ("/opt/ml/code/train.py",), "/opt/ml/code")
+
+
+def test_single_process_plan_runs_python_with_user_args_and_no_shell():
+    plan = launch.build(job(), SCRIPT)
+    assert plan.strategy == "single" and plan.role == "launcher"
+    assert plan.argv == ("/usr/bin/python3", "/opt/ml/code/train.py", "--epochs", "3", "--name", "a b")
+    assert plan.env["PYTHONPATH"] == "/opt/ml/code"
+    assert json.loads(plan.env["SM_USER_ARGS"]) == ["--epochs", "3", "--name", "a b"]
+
+
+def test_one_host_mpi_plan_uses_localhost_and_mpi4py():
+    plan = launch.build(job(mpi=MpiConfig(enabled=True, processes_per_host=2)), SCRIPT)
+    argv = list(plan.argv)
+    assert argv[:5] == ["mpirun", "--host", "localhost:2", "-np", "2"]
+    tail = argv[argv.index("/usr/bin/python3"):]
+    assert tail == ["/usr/bin/python3", "-m", "dtc_entrypoint.rank_shim",   # lets a stopped rank finish saving
+                    "/usr/bin/python3", "-m", "mpi4py", "/opt/ml/code/train.py", "--epochs", "3", "--name", "a b"]
+    assert "btl_tcp_if_include" not in argv          # one host: no interface pinning
+    assert (plan.world_size, plan.processes_per_host) == (2, 2)
+
+
+def test_multi_host_mpi_plan_on_master_lists_hosts_and_pins_the_interface():
+    config = job(hosts=("algo-2", "algo-1"), current="algo-1",
+                 mpi=MpiConfig(enabled=True, processes_per_host=4))
+    plan = launch.build(config, SCRIPT)
+    argv = list(plan.argv)
+    assert argv[:5] == ["mpirun", "--host", "algo-1:4,algo-2:4", "-np", "8"]
+    for name in ("btl_tcp_if_include", "oob_tcp_if_include"):
+        assert argv[argv.index(name) + 1] == "eth0"
+    assert plan.env["NCCL_SOCKET_IFNAME"] == "eth0"
+    forwarded = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
+    assert {"SM_HOSTS", "SM_MODEL_DIR", "PATH", "PYTHONPATH", "SM_USER_ARGS"} <= forwarded
+    assert "SM_CURRENT_HOST" not in forwarded          # toolkit #158: each host keeps its own
+
+
+def test_multi_host_mpi_plan_on_a_worker_starts_nothing():
+    config = job(hosts=("algo-1", "algo-2"), current="algo-2", mpi=MpiConfig(enabled=True, processes_per_host=2))
+    plan = launch.build(config, SCRIPT)
+    assert (plan.role, plan.argv, plan.master_host) == ("mpi-worker", (), "algo-1")
+
+
+def test_custom_mpi_options_replace_defaults_instead_of_appending():
+    options = "-mca btl_vader_single_copy_mechanism cma -bind-to core -x FOO='a b' --NCCL_DEBUG WARN"
+    plan = launch.build(job(mpi=MpiConfig(enabled=True, processes_per_host=2, custom_options=options)), SCRIPT)
+    argv = list(plan.argv)
+    assert argv.count("btl_vader_single_copy_mechanism") == 1
+    assert argv[argv.index("btl_vader_single_copy_mechanism") + 1] == "cma"
+    assert argv.count("-bind-to") == 1 and argv[argv.index("-bind-to") + 1] == "core"
+    assert "FOO=a b" in argv                           # split like a shell, passed as one argument
+    assert plan.env["NCCL_DEBUG"] == "WARN" and "--NCCL_DEBUG" not in argv
+
+
+def test_user_host_np_and_interface_exclusion_replace_ours():
+    config = job(hosts=("algo-1", "algo-2"), mpi=MpiConfig(
+        enabled=True, processes_per_host=2, custom_options="-np 3 -H algo-1:3 -mca btl_tcp_if_exclude lo"))
+    argv = list(launch.build(config, SCRIPT).argv)
+    assert argv.count("-np") == 1 and argv[argv.index("-np") + 1] == "3"
+    assert "--host" not in argv and argv[argv.index("-H") + 1] == "algo-1:3"
+    assert "btl_tcp_if_include" not in argv and "oob_tcp_if_include" in argv
+
+
+def test_np_override_and_shell_command_programs():
+    command = Program("train.sh", False, ("/opt/ml/code/train.sh",), "/opt/ml/code")
+    plan = launch.build(job(mpi=MpiConfig(enabled=True, processes_per_host=2, num_processes=3)), command)
+    argv = list(plan.argv)
+    assert argv[argv.index("-np") + 1] == "3"
+    assert argv[-5:] == ["/opt/ml/code/train.sh", "--epochs", "3", "--name", "a b"]
+
+
+def test_mpi_config_defaults_to_one_process_per_gpu():
+    assert mpi_config({"sagemaker_mpi_enabled": "True"}, num_gpus=8).processes_per_host == 8
+    assert mpi_config({"sagemaker_mpi_enabled": True}, num_gpus=0).processes_per_host == 1
+    assert mpi_config({"sagemaker_mpi_enabled": "False"}, num_gpus=0).enabled is False
+    with pytest.raises(ConfigError, match="sagemaker_mpi_custom_mpi_options"):
+        mpi_config({"sagemaker_mpi_custom_mpi_options": ["-x"]}, num_gpus=0)
+
+
+def test_plans_are_pure():
+    config = job(mpi=MpiConfig(enabled=True, processes_per_host=2))
+    assert launch.build(config, SCRIPT) == launch.build(config, SCRIPT)
+
+
+def test_container_paths_follow_a_relocated_base_dir():
+    assert relocate("/opt/ml/code", "/tmp/job/opt/ml") == "/tmp/job/opt/ml/code"
+    assert relocate("/opt/ml/input/data/code/sourcedir.tar.gz", "/x") == "/x/input/data/code/sourcedir.tar.gz"
+    assert relocate("s3://bucket/sourcedir.tar.gz", "/x") == "s3://bucket/sourcedir.tar.gz"
+    assert relocate("/opt/ml/code", "/opt/ml") == "/opt/ml/code"
+    assert relocate("/opt/mlx/code", "/x") == "/opt/mlx/code"
