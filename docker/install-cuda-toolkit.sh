@@ -22,6 +22,7 @@
 # nvcc 12.4 compiles for sm_80..sm_90 (HOROVOD_CUDA_CC_LIST) and accepts bookworm's g++ 12. Ends
 # by compiling a kernel for the first and last architecture of that list and checking the result
 # with cuobjdump. Recipe verified on this project's machines: ../shared/reference/gpu-flavor.md.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 mirror="$(awk '$1 == "deb" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)"

@@ -3,6 +3,7 @@
 # against the installed TensorFlow and CUDA's headers, so it needs --no-build-isolation (DALI
 # PR #6077) and must be reinstalled whenever TensorFlow changes (image-build.md pitfall 20).
 # pip's wheel cache keeps the compiled plugin between runs on one machine.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 log "DALI $DALI_VERSION ($DALI_CUDA_SUFFIX) and its TensorFlow plugin"
 pip_install "nvidia-dali-$DALI_CUDA_SUFFIX==$DALI_VERSION"

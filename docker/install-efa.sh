@@ -4,6 +4,7 @@
 # Neither Debian nor PyPI has the plugin; Debian's libfabric with its EFA provider is in the GPU
 # image without this. Needs efa-installer.amazonaws.com (this project's build machines cannot
 # reach it). Kernel modules and limits are the host's business (--skip-kmod --skip-limit-conf).
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 [ "${INSTALL_EFA:-false}" = true ] || { log "EFA not requested (INSTALL_EFA=${INSTALL_EFA:-false})"; exit 0; }
 [ "$FLAVOR" = gpu ] || die "INSTALL_EFA=true needs FLAVOR=gpu"

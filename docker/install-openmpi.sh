@@ -12,6 +12,7 @@
 # a caller's own OMPI_MCA_* values win.
 #
 # Env: BIN_DIR (default /usr/local/bin), OPENMPI_DEV (1), SKIP_APT=1 to only (re)write the wrapper.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 BIN_DIR="${BIN_DIR:-/usr/local/bin}"
 

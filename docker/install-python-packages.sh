@@ -21,6 +21,7 @@
 #
 # TensorFlow: `tensorflow` (not `tensorflow-cpu`) because tf-keras depends on `tensorflow`;
 # installing both would put two copies of TF in one site-packages.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 log "packaging tools"
@@ -59,7 +60,7 @@ sys.exit(1 if other else 0)
 PY
   site="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   for bundled in "$site"/triton/backends/nvidia/lib/cupti/*.so*; do
-    [ -f "$bundled" ] && [ ! -L "$bundled" ] || continue
+    if [ ! -f "$bundled" ] || [ -L "$bundled" ]; then continue; fi
     for original in "$site"/nvidia/cuda_cupti/lib/*.so*; do
       if cmp -s "$bundled" "$original"; then
         ln -sfr "$original" "$bundled"

@@ -3,8 +3,10 @@
 # (Python headers, compilers, OpenMPI with mpicc) or `runtime` (Python, OpenMPI's runtime,
 # OpenSSH server and client; no compilers). The runtime's OpenMPI brings libfabric with its EFA
 # provider (libefa from ibverbs-providers), which the GPU flavor names explicitly.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 stage="${1:?usage: install-system-packages.sh builder|runtime}"
+# shellcheck source=/dev/null
 . /etc/os-release
 [ "$ID" = debian ] || die "unsupported base image OS: $ID (both flavors build on Debian bookworm)"
 py="python$PYTHON_VERSION"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers for the install scripts under docker/. Sourced, never executed.
 # Sets: REPO_DIR (the checkout or the image's copy of it), every pin from versions.env,
 # PYTHON (the interpreter to install into; defaults to python3 on PATH) and FLAVOR (cpu|gpu).
@@ -28,7 +29,7 @@ die() { printf '[%s] error: %s\n' "$(basename "$0")" "$*" >&2; exit 1; }
 pip_install() { "$PYTHON" -m pip install --disable-pip-version-check --quiet "$@"; }
 
 # Every package asked for is also appended (name only) to $DTC_APT_MANIFEST when that is set: the
-# host setup records what it installs, and tests/test_host_setup.py checks that nothing else
+# host setup records what it installs, and tests/integration/test_host_setup.py checks that nothing else
 # was installed on the machine (a package the project relies on but setup never installs).
 apt_install() {
   export DEBIAN_FRONTEND=noninteractive

@@ -17,5 +17,6 @@ for arg in "$@"; do
     args+=("$arg")
   fi
 done
+# shellcheck source=podman-env.sh
 [ "$engine" = docker ] || . "$(dirname "$0")/podman-env.sh"
 exec "$engine" "${args[@]}"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/build-image.sh, scripts/container.sh, scripts/setup-host.sh and make cluster:
 # points podman and buildah at a containers.conf with the settings this project's CI machines
 # need (runc, and ulimits within the machine's hard limits; image-feasibility.md section 2) and

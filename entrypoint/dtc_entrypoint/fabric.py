@@ -44,7 +44,8 @@ def choose_interface(configured: str, usable: Sequence[str]) -> tuple[str, str |
         return configured, None
     chosen = PREFERRED_INTERFACE if PREFERRED_INTERFACE in usable else sorted(usable)[0]
     return chosen, (f"resourceconfig.json names network interface {configured!r}, which this container does "
-                    f"not have; pinning NCCL, Gloo and MPI to {chosen!r} instead (usable here: {', '.join(sorted(usable))})")
+                    f"not have; pinning NCCL, Gloo and MPI to {chosen!r} instead "
+                    f"(usable here: {', '.join(sorted(usable))})")
 
 
 def usable_interfaces() -> tuple[str, ...]:

@@ -101,5 +101,6 @@ def parameter_server_plan(config: JobConfig, program: Program) -> LaunchPlan:
     master_ps = cluster["ps"][0]
     env = {**base, "TF_CONFIG": json.dumps(task)}
     argv = server_argv + ("--until-closed", master_ps, "--end-port", str(config.ports.tf_end))
-    return LaunchPlan(role="tf-server", argv=argv, env=MappingProxyType(env), tasks=(f"worker:{index - 1}", f"ps:{index}"),
+    return LaunchPlan(role="tf-server", argv=argv, env=MappingProxyType(env),
+                      tasks=(f"worker:{index - 1}", f"ps:{index}"),
                       tf_config=task, services=tuple(services), **common)

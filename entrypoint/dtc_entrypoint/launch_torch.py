@@ -4,8 +4,8 @@ from types import MappingProxyType
 
 from . import strategy as strategies
 from .config import JobConfig
-from .plan import LaunchPlan, job_env, network_env
 from .hyperparameters import to_argv
+from .plan import LaunchPlan, job_env, network_env
 from .program import Program
 
 LOCAL_MASTER = "127.0.0.1"

@@ -107,7 +107,8 @@ def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[]
                 return stopped[0]
             if clock() > deadline:
                 raise PeerError(
-                    f"the MPI master {master_host} did not start processes on this host within {start_timeout_s:.0f} s; "
+                    f"the MPI master {master_host} did not start processes on this host within "
+                    f"{start_timeout_s:.0f} s; "
                     "see the master host's log (raise DTC_MPI_WORKER_START_TIMEOUT_S if it starts slowly)")
             if clock() >= next_check:
                 next_check = clock() + MASTER_CHECK_EVERY_S

@@ -67,7 +67,7 @@ def _is_image(name: str) -> bool:
 
 
 def _is_readable_image(path: str) -> bool:
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError  # noqa: PLC0415  (Pillow only to check headers; `train` lists channels)
 
     try:
         with Image.open(path) as image:
@@ -112,9 +112,10 @@ def list_images(root: str, corrupt_images: str = "fail") -> Channel:
         if corrupt and corrupt_images == "fail":
             shown = ", ".join(corrupt[:IGNORED_SHOWN]) + (" ..." if len(corrupt) > IGNORED_SHOWN else "")
             raise ValueError(f"channel {root} has {len(corrupt)} corrupt image files (Pillow cannot read them): "
-                             f"{shown}; remove them, or set the hyperparameter corrupt-images=skip to train without them")
+                             f"{shown}; remove them, or set the hyperparameter corrupt-images=skip to train "
+                             "without them")
         bad = set(corrupt)
-        kept = [(path, label) for path, label in zip(files, labels) if path not in bad]
+        kept = [(path, label) for path, label in zip(files, labels, strict=True) if path not in bad]
         files, labels = [path for path, _ in kept], [label for _, label in kept]
     if not files:
         raise FileNotFoundError(

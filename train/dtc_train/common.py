@@ -6,6 +6,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
@@ -15,7 +16,7 @@ from . import channel, contract, stop
 log = logging.getLogger("dtc.train")
 
 # One line per epoch, on rank 0 (dtc_train.observe). The README's metric_definitions read it
-# (tests/test_trainers_e2e.py applies them to real logs). samples_per_second: global, over the
+# (tests/integration/test_trainers_e2e.py applies them to real logs). samples_per_second: global, over the
 # epoch's training steps.
 METRIC_LINE = ("epoch={epoch}/{epochs} train_loss={train_loss:.4f} train_accuracy={train_accuracy:.4f} "
                "val_loss={val_loss:.4f} val_accuracy={val_accuracy:.4f} val_samples={val_samples} "
@@ -133,8 +134,6 @@ def atomic_write(path: str, write: Callable[[str], None]) -> None:
 
 def _replace_from_inside(staged: str, path: str, suffix: str) -> None:
     """Copies ``staged`` next to ``path`` (its directory is another mount), fsyncs, renames."""
-    import shutil
-
     fd, local = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=suffix)
     os.close(fd)
     try:
@@ -158,8 +157,6 @@ def _fsync_directory(directory: str) -> None:
 
 def atomic_write_tree(path: str, write: Callable[[str], None]) -> None:
     """Like ``atomic_write`` for a directory (e.g. a SavedModel): built aside, then swapped in."""
-    import shutil
-
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-" + os.path.basename(path))

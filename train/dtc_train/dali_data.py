@@ -1,7 +1,8 @@
 """NVIDIA DALI input pipelines over an ImageFolder channel, sharded by rank.
 
 One pipeline definition serves both frameworks: the channel's image files (``channel.list_images``:
-labels from the sorted class-folder names, stray files left out) are read by ``fn.readers.file``, decoded to grayscale on the CPU, or on the GPU with
+labels from the sorted class-folder names, stray files left out) are read by ``fn.readers.file``, decoded to grayscale
+on the CPU, or on the GPU with
 ``device="mixed"`` (nvJPEG/nvImageCodec) when the trainer has one, and normalised to float32
 in [0, 1]. Without a GPU the pipeline is built with ``device_id=None``, which keeps DALI off
 CUDA entirely (DALI ``Pipeline`` docs).
@@ -78,13 +79,14 @@ def image_pipeline(listing: Channel, batch_size: int, shard_id: int, num_shards:
         a built ``nvidia.dali.Pipeline`` with outputs (images float32 [B, 1, 8, 8] or
         [B, 8, 8, 1] in [0, 1]; labels int32 [B, 1]).
     """
-    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali import fn, pipeline_def, types  # noqa: PLC0415  (DALI only when a pipeline is built)
 
     @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed,
                   prefetch_queue_depth=2, enable_checkpointing=True)
     def pipeline():
         encoded, labels = fn.readers.file(
-            file_root=listing.root, files=list(listing.files), labels=list(listing.labels), shard_id=shard_id, num_shards=num_shards,
+            file_root=listing.root, files=list(listing.files), labels=list(listing.labels), shard_id=shard_id,
+            num_shards=num_shards,
             random_shuffle=training, initial_fill=256, pad_last_batch=not training,
             stick_to_shard=not training, name=READER_NAME)
         images = fn.decoders.image(encoded, device="mixed" if device_id is not None else "cpu",

@@ -19,6 +19,11 @@ Usage: ``python -m dtc_train.digits <root>``.
 import argparse
 import os
 
+import numpy as np
+from PIL import Image
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+
 VALIDATION_FRACTION = 0.2
 SPLIT_SEED = 0
 CHANNELS = ("training", "validation")
@@ -26,9 +31,6 @@ CHANNELS = ("training", "validation")
 
 def split_indices():
     """(training indices, validation indices) of ``load_digits()``, each sorted."""
-    import numpy as np
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
 
     labels = load_digits().target
     train, validation = train_test_split(
@@ -42,13 +44,10 @@ def export(root: str) -> dict[str, int]:
     Returns:
         images written per channel, e.g. ``{"training": 1437, "validation": 360}``.
     """
-    import numpy as np
-    from PIL import Image
-    from sklearn.datasets import load_digits
 
     digits = load_digits()
     counts = {}
-    for channel, indices in zip(CHANNELS, split_indices()):
+    for channel, indices in zip(CHANNELS, split_indices(), strict=True):
         for index in indices:
             label = int(digits.target[index])
             folder = os.path.join(root, channel, str(label))

@@ -13,7 +13,7 @@ job file, or ``docker run -e``):
   except its PID 1, ``train``: to the other hosts the host is gone, as when an instance dies.
   Only in a container whose PID 1 is ``train`` (refused elsewhere, where it would hit the
   machine's own processes); to remove the container itself, ``podman kill`` / ``docker kill``
-  it from outside (tests/test_cluster.py does both).
+  it from outside (tests/cluster/test_cluster.py does both).
 
 Steps count over epochs from 1, and over restarts: a job resumed past step 20 is not struck
 again. The parameter-server chief schedules its steps on the workers and counts none.
@@ -69,7 +69,8 @@ def _kill_container_processes() -> None:
     init = psutil.Process(1)
     command = init.cmdline()   # the image's entry runs `python -m dtc_entrypoint`; an installed `train` script too
     if "dtc_entrypoint" not in command and not any(os.path.basename(part) == "train" for part in command[:2]):
-        raise RuntimeError(f"{ENV} host=...: PID 1 is not train ({' '.join(command)[:80]}): host faults only run in the "
+        raise RuntimeError(f"{ENV} host=...: PID 1 is not train ({' '.join(command)[:80]}): host faults only run "
+                           "in the "
                            "job's container, where they cannot reach the machine's own processes")
     for process in init.children(recursive=True):
         if process.pid != os.getpid():

@@ -8,6 +8,7 @@ trainer sees the same samples with the same labels and skips the same stray file
 import os
 
 import numpy as np
+from PIL import Image
 
 from .channel import list_images
 
@@ -23,8 +24,6 @@ def load(root: str, log=None, corrupt_images: str = "fail") -> tuple[np.ndarray,
         FileNotFoundError: ``root`` is missing or has no image in a class folder.
         ValueError: corrupt image files and ``corrupt_images="fail"``.
     """
-    from PIL import Image
-
     channel = list_images(root, corrupt_images)
     if log is not None:
         channel.log_ignored(log)

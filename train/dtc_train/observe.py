@@ -17,11 +17,13 @@ the others' calls cost nothing, so every trainer calls it the same way:
 Outputs (SageMaker uploads both: ``TensorBoardOutputConfig`` syncs ``/opt/ml/output/tensorboard``
 to S3 while the job runs, and ``/opt/ml/output/data`` becomes ``output.tar.gz``):
 
-- ``--tensorboard-dir`` (default ``$SM_OUTPUT_DIR/tensorboard``, ``/opt/ml/output/tensorboard``): scalars per epoch, written with
+- ``--tensorboard-dir`` (default ``$SM_OUTPUT_DIR/tensorboard``, ``/opt/ml/output/tensorboard``): scalars per epoch,
+  written with
   TensorBoard's own writer (``tensorboard.summary.Writer``): ``train/loss``, ``train/accuracy``,
   ``validation/loss``, ``validation/accuracy``, ``throughput/samples_per_second`` (global,
   training steps only), ``time/epoch_seconds``; the step is the epoch number.
-- ``--report-dir`` (default ``$SM_OUTPUT_DATA_DIR/report``, ``/opt/ml/output/data/report``): ``loss.png``, ``accuracy.png``,
+- ``--report-dir`` (default ``$SM_OUTPUT_DATA_DIR/report``, ``/opt/ml/output/data/report``): ``loss.png``,
+  ``accuracy.png``,
   ``throughput.png`` (matplotlib, per epoch), ``summary.json`` and ``summary.md`` (final
   metrics; wall time per phase: setup = process start to the first epoch, training steps,
   validation, and the rest of each epoch (checkpoint, logging); gradient communication is not
@@ -42,7 +44,8 @@ import psutil
 
 from . import common, contract, fault
 
-PROGRESS_LINE = "progress epoch={epoch}/{epochs} step={step}/{steps} samples_per_second={rate:.1f} eta_seconds={eta:.0f}"
+PROGRESS_LINE = ("progress epoch={epoch}/{epochs} step={step}/{steps} samples_per_second={rate:.1f} "
+                 "eta_seconds={eta:.0f}")
 SCALARS = {"train_loss": "train/loss", "train_accuracy": "train/accuracy", "val_loss": "validation/loss",
            "val_accuracy": "validation/accuracy", "samples_per_second": "throughput/samples_per_second",
            "epoch_seconds": "time/epoch_seconds"}
@@ -131,7 +134,8 @@ class Observer:
                   "val_loss": float(val_loss), "val_accuracy": float(val_accuracy), "val_samples": int(val_samples),
                   "epoch_seconds": now - self._epoch_start, "train_seconds": train_s,
                   "validation_seconds": now - self._steps_end,
-                  "samples_per_second": (self.steps_per_epoch - self._first_step) * self.global_batch / max(train_s, 1e-9)}
+                  "samples_per_second": (self.steps_per_epoch - self._first_step) * self.global_batch
+                  / max(train_s, 1e-9)}
         self.history.append(record)
         common.emit(common.METRIC_LINE.format(epochs=self.args.epochs, **{
             k: record[k] for k in ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy",
@@ -220,5 +224,5 @@ def _plots(history: list[dict], directory: str, title: str) -> None:
         axes.grid(alpha=0.3)
         axes.legend()
         figure.tight_layout()
-        common.atomic_write(os.path.join(directory, name), lambda tmp: figure.savefig(tmp, format="png"))
+        common.atomic_write(os.path.join(directory, name), lambda tmp, figure=figure: figure.savefig(tmp, format="png"))
         plt.close(figure)

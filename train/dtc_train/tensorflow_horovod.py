@@ -21,17 +21,20 @@ Hyperparameters: see ``dtc_train.common.parse_args``.
 
 import sys
 
-from . import tf_env  # noqa: F401  (before TensorFlow: selects Keras 2)
+# tf_env first: it selects Keras 2 before TensorFlow is imported; the import order below is kept.
+# isort: off
+from . import tf_env  # noqa: F401
 
-import horovod  # noqa: E402
-import horovod.tensorflow as hvd_tf  # noqa: E402
-import horovod.tensorflow.keras as hvd  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras as keras  # noqa: E402
+import horovod
+import horovod.tensorflow as hvd_tf
+import horovod.tensorflow.keras as hvd
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
 
-from . import common, contract, dali_data, observe, stop, tf_checkpoint, tf_model  # noqa: E402
-from .tf_model import IMAGE_SHAPE, build_model  # noqa: E402
+from . import common, contract, dali_data, observe, stop, tf_checkpoint, tf_model
+from .tf_model import IMAGE_SHAPE, build_model
+# isort: on
 
 
 def _use_gpu(args) -> int | None:
@@ -48,7 +51,7 @@ def _use_gpu(args) -> int | None:
 
 
 def _dataset(pipe, batch_size: int, device_id: int | None):
-    from nvidia.dali.plugin.tf import DALIDataset
+    from nvidia.dali.plugin.tf import DALIDataset  # noqa: PLC0415  (loads DALI's TF ops: only for a DALI input)
 
     with tf.device("/gpu:0" if device_id is not None else "/cpu:0"):
         return DALIDataset(pipeline=pipe, batch_size=batch_size, device_id=device_id,
@@ -132,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     # every rank creates the optimizer's variables now, in the same order, so that the broadcast
     # below pairs rank 0's restored ones with the others' (created lazily they are named apart)
     model.optimizer.build(model.trainable_variables)
-    position = tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, model.optimizer)[:2] if rank == 0 else (0, 0)
+    position = (tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, model.optimizer)[:2] if rank == 0
+                else (0, 0))
     # rank 0's weights and optimizer state on every rank before the first step (Horovod's
     # broadcast callback does it only after the first batch, whose averaged gradient would then
     # mix in gradients taken at the other ranks' fresh weights)

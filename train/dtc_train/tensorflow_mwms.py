@@ -20,18 +20,21 @@ Hyperparameters: see ``dtc_train.common.parse_args`` (``--batch-size`` is per wo
 
 import json
 import math
-from collections.abc import Callable
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 
-from . import tf_env  # noqa: F401  (before TensorFlow: selects Keras 2)
+# tf_env first: it selects Keras 2 before TensorFlow is imported; the import order below is kept.
+# isort: off
+from . import tf_env  # noqa: F401
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras as keras  # noqa: E402
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
 
-from . import common, contract, image_folder, observe, stop, tf_checkpoint, tf_model  # noqa: E402
+from . import common, contract, image_folder, observe, stop, tf_checkpoint, tf_model
+# isort: on
 
 
 class EpochReport(keras.callbacks.Callback):
@@ -55,7 +58,8 @@ class EpochReport(keras.callbacks.Callback):
         loss_sum, correct = tf_model.sparse_metrics(self.model(images, training=False), labels)
         self.val_accuracy = correct / len(labels)
         self.observer.end_epoch(epoch + 1, train_loss=logs["loss"], train_accuracy=logs["accuracy"],
-                                val_loss=loss_sum / len(labels), val_accuracy=self.val_accuracy, val_samples=len(labels))
+                                val_loss=loss_sum / len(labels), val_accuracy=self.val_accuracy,
+                                val_samples=len(labels))
 
 
 def _sum_over_workers(strategy: tf.distribute.Strategy) -> Callable[[float], float]:
@@ -130,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with strategy.scope():
         model = tf_model.build_model()
-        model.compile(optimizer=keras.optimizers.SGD(learning_rate=args.learning_rate * replicas, momentum=args.momentum),
+        model.compile(optimizer=keras.optimizers.SGD(learning_rate=args.learning_rate * replicas,
+                                                     momentum=args.momentum),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
         model.optimizer.build(model.trainable_variables)
     epoch, step = _restore_on_every_worker(strategy, args, model, is_chief)
@@ -144,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         observer.close()
         return stopped.exit_code
 
-    common.emit(f"rank={task_id} world_size={workers} final_weights_sha256={common.weights_digest(model.get_weights())}")
+    digest = common.weights_digest(model.get_weights())
+    common.emit(f"rank={task_id} world_size={workers} final_weights_sha256={digest}")
     model_dir = args.model_dir if is_chief else tempfile.mkdtemp(prefix="dtc-mwms-worker-")
     tf_model.save(model, model_dir, val_accuracy=report.val_accuracy, epochs=args.epochs, world_size=workers,
                   strategy="multi_worker_mirrored_strategy")

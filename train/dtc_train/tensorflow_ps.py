@@ -23,12 +23,15 @@ worker applies its own updates.
 import math
 import sys
 
-from . import tf_env  # noqa: F401  (before TensorFlow: selects Keras 2)
+# tf_env first: it selects Keras 2 before TensorFlow is imported; the import order below is kept.
+# isort: off
+from . import tf_env  # noqa: F401
 
-import tensorflow as tf  # noqa: E402
-import tf_keras as keras  # noqa: E402
+import tensorflow as tf
+import tf_keras as keras
 
-from . import common, contract, image_folder, observe, stop, tf_checkpoint, tf_model  # noqa: E402
+from . import common, contract, image_folder, observe, stop, tf_checkpoint, tf_model
+# isort: on
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     cluster = resolver.cluster_spec().as_dict()
     workers, servers = len(cluster.get("worker", [])), len(cluster.get("ps", []))
 
-    train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel), common.log, args.corrupt_images)
-    val_images, val_labels = image_folder.load(contract.channel_dir(args.validation_channel), common.log, args.corrupt_images)
+    train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel), common.log,
+                                                   args.corrupt_images)
+    val_images, val_labels = image_folder.load(contract.channel_dir(args.validation_channel), common.log,
+                                               args.corrupt_images)
     steps = math.ceil(len(train_labels) / args.batch_size)
     common.log.info("TensorFlow %s ParameterServerStrategy: chief on %s, %d workers, %d parameter servers; "
                     "%d training images (%d steps/epoch), %d validation images", tf.__version__,
@@ -75,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             with tf.GradientTape() as tape:
                 logits = model(images, training=True)
                 loss = tf.reduce_mean(loss_fn(labels, logits))   # one worker's batch: its own mean
-            optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+            optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables,
+                                          strict=True))
             batch = tf.cast(tf.shape(labels)[0], tf.float64)
             loss_sum.assign_add(tf.cast(loss, tf.float64) * batch)
             correct.assign_add(tf.reduce_sum(tf.cast(
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if step >= steps:   # stopped after an epoch's last step, before its validation
         epoch, step = epoch + 1, 0
     if step:
-        for variable, value in zip(sums, extra.get("train_sums", (0.0, 0.0, 0.0))):
+        for variable, value in zip(sums, extra.get("train_sums", (0.0, 0.0, 0.0)), strict=True):
             variable.assign(float(value))
 
     def save(epochs_done: int, steps_done: int) -> None:

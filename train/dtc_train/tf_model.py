@@ -4,6 +4,7 @@ Import after ``TF_USE_LEGACY_KERAS=1`` is set (``dtc_train.tf_env``)."""
 
 import os
 
+import tensorflow as tf
 import tf_keras as keras
 
 from . import common
@@ -41,9 +42,8 @@ def save(model: keras.Model, model_dir: str, *, val_accuracy: float | None, epoc
 
 def sparse_metrics(logits, labels) -> tuple[float, float]:
     """(summed cross-entropy, correct predictions) of logits [N, 10] against int labels [N]."""
-    import tensorflow as tf
-
     loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-    correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1, output_type=tf.int32) == tf.cast(labels, tf.int32), tf.float64))
+    correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1, output_type=tf.int32) == tf.cast(labels, tf.int32),
+                                    tf.float64))
     return float(tf.reduce_sum(loss)), float(correct)
 

@@ -98,8 +98,8 @@ def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
     same_layout = len(positions) == size and state.get("steps_per_epoch") == steps_per_epoch
     if step and not same_layout:
         if rank == 0:
-            common.log.warning("the checkpoint was written by %d ranks with %s steps per epoch, this job has %d with %d: "
-                               "its data positions do not apply, so epoch %d starts again at its first step",
+            common.log.warning("the checkpoint was written by %d ranks with %s steps per epoch, this job has %d "
+                               "with %d: its data positions do not apply, so epoch %d starts again at its first step",
                                len(positions), state.get("steps_per_epoch"), size, steps_per_epoch, epoch + 1)
         step = 0
     if rank == 0:
@@ -111,7 +111,7 @@ def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
     return Resume(epoch, step, sums, positions[rank] if same_layout else None)
 
 
-def save_checkpoint(args, epoch: int, step: int, model, optimizer, train_batches: "TrainBatches",
+def save_checkpoint(args, epoch: int, step: int, model, optimizer, train_batches: "Batches",
                     sums: torch.Tensor | None, rank: int, steps_per_epoch: int, collectives: Collectives) -> None:
     """Writes the checkpoint of position (``epoch`` done, ``step`` steps of the next done).
     Collective: every rank calls it at the same step (its data position and epoch sums are
@@ -148,7 +148,7 @@ class Batches:
     (``DALIGenericIterator``), and the pipeline's position after the last batch handed out."""
 
     def __init__(self, pipe, device: torch.device):
-        from nvidia.dali.plugin.pytorch import DALIGenericIterator
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator  # noqa: PLC0415  (DALI's torch plugin: only with a pipeline)
 
         self.device = device
         self.iterator = DALIGenericIterator([pipe], ["images", "labels"], size=-1, auto_reset=True)
