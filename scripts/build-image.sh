@@ -6,8 +6,21 @@
 # resolved build and exit), PIP_CA (a CA bundle pip needs behind a TLS-intercepting proxy; passed
 # as a build secret, never stored; default: this machine's bundle when it exists),
 # IMAGE_SIZE_BUDGET_GB and IMAGE_BUILD_BUDGET_S (the build fails above them; defaults per flavor,
-# justified in docs/image.md), INSTALL_EFA (gpu), BUILD_REPORT (a JSON file to write the build's
-# flavor, time, size and budgets to).
+# justified in docs/image.md), IMAGE_BUILD_FREE_GB (the free disk a fresh build needs where the
+# images live, blobs in /var/tmp on the same disk: the build refuses to start with less, in
+# seconds, instead of failing an hour in; defaults per flavor, measured in docs/image.md; with
+# TMPDIR=/dev/shm and the memory for the largest layer, the disk peak is that layer smaller),
+# INSTALL_EFA (gpu), BUILD_REPORT (a JSON file to write the build's flavor, time, size and budgets to).
+#
+# Disk (measured in docs/image.md): buildah writes a layer three times while committing it (the
+# build container's files, a temporary blob in TMPDIR, default /var/tmp, and the stored layer),
+# and the runtime stage copies the whole virtual environment (11 GB in the GPU flavor) in one
+# layer. Before a buildah build it removes the build containers of builds that died (each holds a
+# copy of the layers it was writing); after a build it removes the image the tag named before,
+# with the layers no other image uses (buildah copies the virtual environment into the runtime
+# stage again on every build, so replaced images would pile up). It prunes nothing else: a stage's
+# last layer is an untagged image with no child, which `podman image prune` would take, and the
+# next build would run that stage's last step again.
 # Both flavors build on debian:bookworm-slim, made locally (scripts/make-base-image.sh) when no
 # registry can be reached. A CPU torch wheel in pip's find-links (this project's CI machines have
 # one) is handed to the build instead of PyTorch's index, which those machines cannot reach, and
@@ -20,20 +33,22 @@ FLAVOR="${FLAVOR:-cpu}"
 IMAGE="${IMAGE:-dtc:$FLAVOR}"
 log() { printf '[build-image] %s\n' "$*" >&2; }
 case "$FLAVOR" in
-  cpu) size_budget_gb=7;  time_budget_s=2400 ;;
-  gpu) size_budget_gb=13; time_budget_s=3600 ;;
+  cpu) size_budget_gb=7;  time_budget_s=2400; free_needed_gb=30 ;;
+  gpu) size_budget_gb=13; time_budget_s=3600; free_needed_gb=70 ;;
   *) log "error: FLAVOR must be cpu or gpu, got '$FLAVOR'"; exit 2 ;;
 esac
 size_budget_gb="${IMAGE_SIZE_BUDGET_GB:-$size_budget_gb}"
 time_budget_s="${IMAGE_BUILD_BUDGET_S:-$time_budget_s}"
+free_needed_gb="${IMAGE_BUILD_FREE_GB:-$free_needed_gb}"
 
 build_args=(--build-arg "FLAVOR=$FLAVOR" --build-arg "INSTALL_EFA=${INSTALL_EFA:-false}")
 while IFS='=' read -r key value; do
   [[ "$key" =~ ^[A-Z][A-Z0-9_]*$ ]] && build_args+=(--build-arg "$key=$value")
 done < versions.env
+# shellcheck source=../versions.env
 . ./versions.env
 
-local_torch="$(find ${PIP_FIND_LINKS:-/opt/wheels} -maxdepth 1 -name "torch-$TORCH_VERSION+cpu-*.whl" 2>/dev/null | head -n1 || true)"
+local_torch="$(find "${PIP_FIND_LINKS:-/opt/wheels}" -maxdepth 1 -name "torch-$TORCH_VERSION+cpu-*.whl" 2>/dev/null | head -n1 || true)"
 [ "$FLAVOR" = cpu ] || local_torch=""
 [ -z "$local_torch" ] || build_args+=(--build-arg "TORCH_INDEX_URL=")
 host_python="${VENV:-$REPO_DIR/.venv}/bin/python"
@@ -75,21 +90,41 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
   printf '%q ' "${cmd[@]}"; echo
   exit 0
 fi
+# A build's layers, the copy of the virtual environment into the runtime stage and its commit
+# (written once as a temporary file, then as the layer) need free_needed_gb where the images and
+# the temporary files live; with less, a build fails late with "no space left on device".
+check_free_space() {
+  local dir free_gb
+  for dir in "$@"; do
+    free_gb="$(df -P -BG "$dir" | awk 'NR == 2 {print $4 + 0}')"
+    if [ "$free_gb" -lt "$free_needed_gb" ]; then
+      log "error: building the $FLAVOR image needs about ${free_needed_gb} GB free in $dir, which has ${free_gb} GB:"
+      log "  free space (podman image prune -a removes unused images and their layer cache; 'podman images'"
+      log "  lists what is held), or set IMAGE_BUILD_FREE_GB to build anyway (docs/image.md: disk)"
+      exit 3
+    fi
+  done
+}
+engine=docker
+[ "${tool[0]}" = buildah ] && engine=podman
+replaced="$("$engine" image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
 if [ "${tool[0]}" = buildah ]; then
+  buildah rm --all >/dev/null 2>&1 || true              # build containers of builds that died
+  check_free_space "$(podman info --format '{{.Store.GraphRoot}}')"
   podman image exists "docker.io/library/$BASE_IMAGE" || scripts/make-base-image.sh
-  # A fresh build's layers and the commit of the virtual environment need about 15 GB (cpu) or
-  # 35 GB (gpu) free where the images live; a full disk fails late with "committing container".
-  store="$(podman info --format '{{.Store.GraphRoot}}')"
-  free_gb="$(df -P -BG "$store" | awk 'NR == 2 {print $4 + 0}')"
-  need_gb=$([ "$FLAVOR" = gpu ] && echo 35 || echo 15)
-  [ "$free_gb" -ge "$need_gb" ] || log "warning: ${free_gb} GB free in $store; a fresh $FLAVOR build needs about ${need_gb} GB (podman image prune frees old layers)"
+else
+  check_free_space "$(docker info --format '{{.DockerRootDir}}')"
 fi
 stage_wheels
 log "building $IMAGE ($FLAVOR) with ${tool[*]:0:2}"
 start=$(date +%s)
 "${cmd[@]}"
 elapsed=$(( $(date +%s) - start ))
-if [ "${tool[0]}" = buildah ]; then size=$(podman image inspect --format '{{.Size}}' "$IMAGE"); else size=$(docker image inspect --format '{{.Size}}' "$IMAGE"); fi
+size=$("$engine" image inspect --format '{{.Size}}' "$IMAGE")
+built="$("$engine" image inspect --format '{{.Id}}' "$IMAGE")"
+if [ -n "$replaced" ] && [ "$replaced" != "$built" ] && "$engine" image rm "$replaced" >/dev/null 2>&1; then
+  log "removed ${replaced:0:12}, the image $IMAGE named before this build, with the layers no other image uses"
+fi
 size_gb=$(awk -v s="$size" 'BEGIN { printf "%.2f", s / 1e9 }')
 log "built $IMAGE in ${elapsed} s (budget ${time_budget_s} s; a rebuild after a change to our own code takes about 1 to 2 minutes)"
 log "size ${size_gb} GB (budget ${size_budget_gb} GB; docs/image.md)"

@@ -51,6 +51,19 @@ def docker_api():
     service.wait(timeout=30)
 
 
+@pytest.fixture(autouse=True)
+def no_compose_container_left():
+    """The SDKs' docker-compose leaves its exited containers behind (each pins the image it ran,
+    layers and all): after each test, every compose container is removed (only these tests use
+    compose, and they run one at a time)."""
+    yield
+    env = podman_env()
+    left = subprocess.run(["podman", "ps", "-a", "-q", "--filter", "label=com.docker.compose.project"],
+                          capture_output=True, text=True, env=env).stdout.split()
+    if left:
+        subprocess.run(["podman", "rm", "-f", *left], capture_output=True, env=env)
+
+
 def sdk_env(tmp_path, api_env: dict, sdk: Path = SDK_V2) -> dict:
     home = tmp_path / "home"
     (home / ".config" / "sagemaker").mkdir(parents=True)
