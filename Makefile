@@ -1,6 +1,6 @@
 # The two commands a user needs: `make train` (the main job) and `make test` (every test).
-# Both set this machine up first if needed (scripts/setup-host.sh; about 25 minutes the first
-# time, mostly the Horovod build, which is then cached).
+# Both set this machine up first if needed (scripts/setup-host.sh; measured times in
+# docs/development.md: the first time is mostly the Horovod build, which is then cached).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 

@@ -11,13 +11,12 @@ no A3 or A6: checks the harness in about two minutes; its numbers mean nothing.
 every GPU passed in, and a dated ``report.md``; on a machine without an NVIDIA GPU it writes a
 report saying so and exits 0.
 
-Targets (issue #11): A1 Horovod >= 0.9x the best baseline's busbw at >= 8 MB; A2 fusion on
->= 1.3x faster than off (with the Gloo controller, over TCP as between hosts; with MPI on one
-host, shared memory makes each small message cheap and fusion is reported only); A3 Horovod >= DDP; A4 ours <= 0.15x
-the stock toolkit and <= 0.3 s;
-A5 our overhead on top of the bare launcher (mpirun, torchrun) <= 10 %; for a single process,
-whose bare launch is the interpreter alone, the overhead is reported in seconds. A6 and A7 are
-reported.
+Targets (issue #11): A1 Horovod >= 0.9x the best baseline's busbw at >= 8 MB; A2 fusion on >= 1.3x
+faster than off (with the Gloo controller, over TCP as between hosts; with MPI on one host, shared
+memory makes each small message cheap and fusion is reported only); A3 Horovod >= DDP; A4 ours <=
+0.15x the stock toolkit and <= 0.3 s; A5 our overhead on top of the bare launcher (mpirun, torchrun)
+<= 10 %; for a single process, whose bare launch is the interpreter alone, the overhead is reported
+in seconds. A6 and A7 are reported.
 """
 
 import argparse

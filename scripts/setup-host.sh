@@ -17,7 +17,7 @@ REPO_DIR="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="${VENV:-$REPO_DIR/.venv}"
 # shellcheck source=../docker/lib.sh
 source "$REPO_DIR/docker/lib.sh"
-log() { printf '[setup-host] %s\n' "$*" >&2; }
+log() { printf '[setup-host +%ds] %s\n' "$SECONDS" "$*" >&2; }
 
 # Build tools (Horovod, mpi4py, the DALI TF plugin); image tools: build without a Docker daemon
 # (buildah), run (podman, runc), make the base (debootstrap); podman's network backend for the
@@ -54,6 +54,23 @@ fi
 backend="$(podman info --format '{{.Host.NetworkBackend}}')"
 [ "$backend" = cni ] || die "podman's network backend is '$backend', expected cni (scripts/podman-env.sh)"
 
+# The SageMaker Python SDKs (v2: Estimator; v3: ModelTrainer), each in its own environment: they
+# pin protobuf < 7 and packaging < 25, which the frameworks' environment does not allow. They
+# install in the background (downloads, mostly) while the frameworks install and Horovod compiles.
+install_sdks() {
+  local sdk sdk_venv
+  for sdk in "v2:$SAGEMAKER_SDK_V2_VERSION" "v3:$SAGEMAKER_SDK_V3_VERSION"; do
+    sdk_venv="$VENV/sdk-${sdk%%:*}"
+    log "SageMaker Python SDK ${sdk#*:} in $sdk_venv"
+    [ -x "$sdk_venv/bin/python" ] || python3 -m venv "$sdk_venv"
+    "$sdk_venv/bin/python" -m pip install -q "pip==$PIP_VERSION" "sagemaker==${sdk#*:}" || return
+    "$sdk_venv/bin/python" -m pip check || return
+  done
+  log "SageMaker Python SDKs ready"
+}
+install_sdks > "$VENV/sdk-install.log" 2>&1 &
+sdks=$!
+
 [ -x "$VENV/bin/python" ] || { log "creating $VENV"; python3 -m venv "$VENV"; }
 export PYTHON="$VENV/bin/python" PATH="$VENV/bin:$PATH"
 
@@ -71,13 +88,6 @@ log "this project and the test tools"
 "$PYTHON" -m pip install -q "awscli==$AWSCLI_VERSION" "moto[server]==$MOTO_VERSION"
 "$PYTHON" -m pip check
 
-# The SageMaker Python SDKs (v2: Estimator; v3: ModelTrainer), each in its own environment: they
-# pin protobuf < 7 and packaging < 25, which the frameworks' environment does not allow.
-for sdk in "v2:$SAGEMAKER_SDK_V2_VERSION" "v3:$SAGEMAKER_SDK_V3_VERSION"; do
-  sdk_venv="$VENV/sdk-${sdk%%:*}"
-  log "SageMaker Python SDK ${sdk#*:} in $sdk_venv"
-  [ -x "$sdk_venv/bin/python" ] || python3 -m venv "$sdk_venv"
-  "$sdk_venv/bin/python" -m pip install -q "pip==$PIP_VERSION" "sagemaker==${sdk#*:}"
-  "$sdk_venv/bin/python" -m pip check
-done
+wait "$sdks" || { cat "$VENV/sdk-install.log" >&2; die "installing the SageMaker Python SDKs failed (log above)"; }
+cat "$VENV/sdk-install.log" >&2
 log "ready: $VENV"

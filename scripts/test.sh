@@ -1,43 +1,50 @@
 #!/usr/bin/env bash
-# `make test` (what CI's .ci/run calls): every phase in order, each timed, a table of the times at
-# the end (also build/test-phases.json), and the exit code of the first phase that failed. Every
-# test tier runs even when an earlier one failed, so one run shows everything that is broken.
+# `make test` (what CI's .ci/run calls): every phase, each timed, a table of the times at the end
+# (also build/test-phases.json), and the exit code of the first phase that failed. Every test
+# tier runs even when an earlier one failed, so one run shows everything that is broken.
 #
 #   setup        scripts/setup-host.sh when its inputs changed (make setup)
 #   image        the CPU image (make image)
 #   gpu-image    the GPU image, only when its build inputs differ from tests/fixtures/gpu-verified.json
-#                (scripts/gpu_inputs.py); its checks then run in the image tier (DTC_GPU_IMAGE)
+#                (scripts/gpu_inputs.py); its checks then run in the cluster tier (DTC_GPU_IMAGE)
 #   lint         ruff and shellcheck (make lint)
 #   unit         tests/unit: no process started
 #   integration  tests/integration: real train, mpirun and torchrun on this host
 #   cluster      tests/cluster and tests/image: containers, two-host clusters, the built images
 #   gpu          tests/gpu: skipped without an NVIDIA GPU
 #
-# Env: TEST_PHASES (default all of the above, in that order; e.g. "lint unit" for a quick run),
-# PYTEST_ARGS (added to every pytest run), INTEGRATION_WORKERS / CLUSTER_WORKERS (pytest-xdist
-# processes per tier; 1 runs the tier serially), IMAGE and GPU_IMAGE (tags), MAKE, PYTHON.
+# The images are built in the background while lint, unit and integration run (they need no
+# image; the build is mostly downloads and layer commits), with the build's log printed when it
+# is waited for; the cluster tier starts once they are built.
+#
+# Env: TEST_PHASES (default all of the above; e.g. "lint unit" for a quick run), PYTEST_ARGS
+# (added to every pytest run), INTEGRATION_WORKERS / CLUSTER_WORKERS (pytest-xdist processes per
+# tier; 1 runs a tier serially), IMAGE and GPU_IMAGE (tags), MAKE, PYTHON.
 set -uo pipefail
 REPO_DIR="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO_DIR" || exit 1
 MAKE="${MAKE:-make}"
 PYTHON="${PYTHON:-$REPO_DIR/.venv/bin/python}"
 IMAGE="${IMAGE:-dtc:cpu}" GPU_IMAGE="${GPU_IMAGE:-dtc:gpu}"
-PHASES="${TEST_PHASES:-setup image gpu-image lint unit integration cluster gpu}"
-INTEGRATION_WORKERS="${INTEGRATION_WORKERS:-2}" CLUSTER_WORKERS="${CLUSTER_WORKERS:-2}"
+PHASES=" ${TEST_PHASES:-setup image gpu-image lint unit integration cluster gpu} "
+INTEGRATION_WORKERS="${INTEGRATION_WORKERS:-2}" CLUSTER_WORKERS="${CLUSTER_WORKERS:-3}"
 read -r -a pytest_args <<< "${PYTEST_ARGS:-}"
-gpu_image=""
-first_failure=0
-declare -a rows=()
+state="$(mktemp -d)"            # rows (phase seconds exit), the GPU image's name once built
+trap 'rm -rf "$state"' EXIT
+mkdir -p build
+rm -f build/junit-*.xml
 
-pytest_tier() {   # pytest_tier WORKERS PATH...: one tier, with its slowest tests listed
-  local workers="$1"; shift
+wants() { [[ "$PHASES" == *" $1 "* ]]; }
+
+pytest_tier() {   # pytest_tier NAME WORKERS PATH...: one tier, its slowest tests listed, its JUnit XML kept
+  local name="$1" workers="$2"; shift 2
   local parallel=()
   [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadgroup)
-  DTC_IMAGE="$IMAGE" DTC_GPU_IMAGE="$gpu_image" "$PYTHON" -m pytest "$@" "${parallel[@]}" --durations=15 \
-    "${pytest_args[@]}"
+  DTC_IMAGE="$IMAGE" DTC_GPU_IMAGE="$(cat "$state/gpu-image" 2>/dev/null)" \
+    "$PYTHON" -m pytest "$@" "${parallel[@]}" --durations=15 --junitxml="build/junit-$name.xml" "${pytest_args[@]}"
 }
 
-run_phase() {
+phase() {   # phase NAME: runs it, appends "NAME SECONDS EXIT" to the rows; returns its exit code
   local name="$1" start code
   start=$(date +%s)
   printf '\n===== phase %s =====\n' "$name"
@@ -46,36 +53,75 @@ run_phase() {
     image) "$MAKE" --no-print-directory image IMAGE="$IMAGE" ;;
     gpu-image)
       if python3 scripts/gpu_inputs.py check; then true
-      else FLAVOR=gpu IMAGE="$GPU_IMAGE" scripts/build-image.sh && gpu_image="$GPU_IMAGE"; fi ;;
+      else FLAVOR=gpu IMAGE="$GPU_IMAGE" scripts/build-image.sh && echo "$GPU_IMAGE" > "$state/gpu-image"; fi ;;
     lint) "$MAKE" --no-print-directory lint ;;
-    unit) pytest_tier 1 tests/unit ;;
-    integration) pytest_tier "$INTEGRATION_WORKERS" tests/integration ;;
-    cluster) pytest_tier "$CLUSTER_WORKERS" tests/cluster tests/image ;;
-    gpu) pytest_tier 1 tests/gpu ;;
+    unit) pytest_tier unit 1 tests/unit ;;
+    integration) pytest_tier integration "$INTEGRATION_WORKERS" tests/integration ;;
+    cluster) pytest_tier cluster "$CLUSTER_WORKERS" tests/cluster tests/image ;;
+    gpu) pytest_tier gpu 1 tests/gpu ;;
     *) echo "unknown phase '$name' in TEST_PHASES" >&2; false ;;
   esac
   code=$?
-  rows+=("$name $(( $(date +%s) - start )) $code")
-  if [ "$code" != 0 ] && [ "$first_failure" = 0 ]; then first_failure=$code; fi
-  # without a machine set up or an image, the later phases cannot run
-  if [ "$code" != 0 ] && { [ "$name" = setup ] || [ "$name" = image ]; }; then return 1; fi
+  echo "$name $(( $(date +%s) - start )) $code" >> "$state/rows"
+  return "$code"
 }
 
-for phase in $PHASES; do
-  run_phase "$phase" || break
-done
+images() {   # the image phases asked for, in order; stops at the first that fails
+  local name
+  for name in image gpu-image; do
+    if wants "$name"; then phase "$name" || return; fi
+  done
+}
 
-total=0
-printf '\n===== time per phase (%s) =====\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+setup_code=0
+if wants setup; then phase setup || { setup_code=$?; echo "setup failed: nothing else can run" >&2; }; fi
+if [ "$setup_code" = 0 ]; then
+  builder=""
+  if wants image || wants gpu-image; then
+    images > build/images.log 2>&1 &
+    builder=$!
+    echo "building the images in the background (log: build/images.log)"
+  fi
+  for name in lint unit integration; do
+    if wants "$name"; then phase "$name"; fi
+  done
+  if [ -n "$builder" ]; then
+    wait "$builder"
+    images_code=$?
+    printf '\n===== the image build (build/images.log) =====\n'
+    cat build/images.log
+    if [ "$images_code" != 0 ]; then echo "the image build failed: the cluster tier cannot run" >&2; fi
+  fi
+  if [ "${images_code:-0}" = 0 ]; then
+    for name in cluster gpu; do
+      if wants "$name"; then phase "$name"; fi
+    done
+  fi
+fi
+
+first_failure=0
+printf '\n===== time per phase (%s; image and gpu-image ran beside lint, unit and integration) =====\n' \
+  "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 printf '%-12s %8s %8s  %s\n' phase seconds minutes exit
 json="["
-for row in "${rows[@]}"; do
-  read -r name seconds code <<< "$row"
-  total=$(( total + seconds ))
+while read -r name seconds code; do
   printf '%-12s %8d %8.1f  %s\n' "$name" "$seconds" "$(awk -v s="$seconds" 'BEGIN { print s / 60 }')" "$code"
   json+="{\"phase\": \"$name\", \"seconds\": $seconds, \"exit_code\": $code},"
-done
-printf '%-12s %8d %8.1f\n' total "$total" "$(awk -v s="$total" 'BEGIN { print s / 60 }')"
-mkdir -p build
+  if [ "$code" != 0 ] && [ "$first_failure" = 0 ]; then first_failure=$code; fi
+done < <(cat "$state/rows" 2>/dev/null)
+printf '%-12s %8d %8.1f\n' "wall clock" "$SECONDS" "$(awk -v s="$SECONDS" 'BEGIN { print s / 60 }')"
 printf '%s]\n' "${json%,}" > build/test-phases.json
+# Every tier's counts in one closing line (the last tier alone may be all skips: tests/gpu here).
+python3 - build/junit-*.xml <<'PY'
+import os
+import sys
+import xml.etree.ElementTree as ET
+counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+for path in (p for p in sys.argv[1:] if os.path.exists(p)):   # the glob itself when no tier ran
+    for suite in ET.parse(path).getroot().iter("testsuite"):
+        for key in counts:
+            counts[key] += int(suite.get(key, 0))
+passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+print(f"\nall tiers: {passed} passed, {counts['failures'] + counts['errors']} failed, {counts['skipped']} skipped")
+PY
 exit "$first_failure"

@@ -278,16 +278,17 @@ def readme_metric_definitions() -> list[dict]:
     return ast.literal_eval(block)
 
 
-def check_observability(log: str, output_dir: Path, epochs: int, world_size: int) -> None:
-    """The README's metric regexes, applied line by line as CloudWatch does, read every epoch's
-    values from the real log; rank 0 wrote TensorBoard scalars and the report for the same epochs."""
+def check_observability(log: str, output_dir: Path, epochs: list[int], world_size: int) -> None:
+    """The README's metric regexes, applied line by line as CloudWatch does, read the values of
+    ``epochs`` (the epochs this run reported: all of them, or those after a resumed checkpoint)
+    from the real log; rank 0 wrote TensorBoard scalars and the report for the same epochs."""
     lines = [line for line in log.splitlines() if METRIC.search(line)]
-    assert len(lines) == epochs
+    assert [int(METRIC.search(line).group(1)) for line in lines] == epochs
     definitions = readme_metric_definitions()
     assert {d["Name"] for d in definitions} >= {"validation:accuracy", "train:samples_per_second"}
     found = {d["Name"]: [float(m.group(1)) for line in log.splitlines() if (m := re.search(d["Regex"], line))]
              for d in definitions}
-    assert all(len(values) == epochs for values in found.values()), {k: len(v) for k, v in found.items()}
+    assert all(len(values) == len(epochs) for values in found.values()), {k: len(v) for k, v in found.items()}
     assert found["validation:accuracy"] == [float(m.group(3)) for m in map(METRIC.search, lines)]
 
     # TensorBoard's own reader (TensorBoard 2 scalars are tensors with the scalars plugin's metadata)
@@ -299,13 +300,13 @@ def check_observability(log: str, output_dir: Path, epochs: int, world_size: int
     assert set(events.Tags()["tensors"]) == SCALAR_TAGS
     assert all(events.SummaryMetadata(tag).plugin_data.plugin_name == "scalars" for tag in SCALAR_TAGS)
     accuracy = events.Tensors("validation/accuracy")
-    assert [e.step for e in accuracy] == list(range(1, epochs + 1))
+    assert [e.step for e in accuracy] == epochs
     assert [float(make_ndarray(e.tensor_proto)) for e in accuracy] == pytest.approx(found["validation:accuracy"],
                                                                                     abs=1e-4)
 
     report = output_dir / "data" / "report"
     summary = json.loads((report / "summary.json").read_text())
-    assert summary["epochs_this_run"] == list(range(1, epochs + 1)) and summary["world_size"] == world_size
+    assert summary["epochs_this_run"] == epochs and summary["world_size"] == world_size
     assert summary["final"]["val_accuracy"] == pytest.approx(found["validation:accuracy"][-1], abs=1e-4)
     assert sum(summary["phase_seconds"].values()) == pytest.approx(summary["wall_seconds"], rel=1e-3)
     assert summary["phase_seconds"]["training_steps"] > 0 and summary["mean_samples_per_second"] > 0
@@ -391,27 +392,38 @@ def run_cluster(job_dir: Path, *args: str, image: str | None = None, timeout_s: 
 
 
 def check_two_host_job(name: str, tmp_path: Path, image: str | None = None) -> None:
-    """The strategy ``name`` (``STRATEGIES``) trains builtin:<framework> on two hosts: >= 0.90
-    validation accuracy, bit-identical weights on every data-parallel rank, exit 0 on every host,
-    the model written once (by the master), TensorBoard events and the report from the master's
-    rank 0 only, every host naming algo-1 as master and every rank its own host."""
+    """The strategy ``name`` (``STRATEGIES``) trains builtin:<framework> on two hosts from scratch
+    and finishes as ``check_finished_two_host_job`` says."""
     strategy = STRATEGIES[name]
-    epochs, world_size = strategy.cluster_epochs, strategy.two_host_world_size
-    done, result = run_cluster(tmp_path / "job", *strategy.cluster_args(), "-p", f"epochs={epochs}", image=image)
+    done, result = run_cluster(tmp_path / "job", *strategy.cluster_args(), "-p", f"epochs={strategy.cluster_epochs}",
+                               image=image)
+    check_finished_two_host_job(name, done, result, tmp_path / "job")
+
+
+def check_finished_two_host_job(name: str, done: subprocess.CompletedProcess, result: dict, job_dir: Path,
+                                first_epoch: int = 1) -> None:
+    """A two-host job of the strategy ``name`` (``STRATEGIES``) that ran in ``job_dir`` up to its
+    ``cluster_epochs``, reporting epochs ``first_epoch``.. (later than 1 when it resumed from a
+    checkpoint): exit 0 on every host, >= 0.90 validation accuracy on all 360 validation images,
+    bit-identical weights on every data-parallel rank, TensorBoard events and the report for
+    those epochs from the master's rank 0 only, the model written once (by the master), every
+    host naming algo-1 as master and every rank its own host."""
+    strategy = STRATEGIES[name]
+    epochs, world_size = list(range(first_epoch, strategy.cluster_epochs + 1)), strategy.two_host_world_size
     log = done.stdout + done.stderr
     assert done.returncode == 0 and result["exit_code"] == 0, log[-6000:]
     assert {h: result["hosts"][h]["exit_code"] for h in HOSTS} == {"algo-1": 0, "algo-2": 0}
-    assert all((tmp_path / "job" / h / "output" / "success").exists() for h in HOSTS)
+    assert all((job_dir / h / "output" / "success").exists() for h in HOSTS)
 
     epochs_seen = METRIC.findall(log)
-    assert len(epochs_seen) == epochs and float(epochs_seen[-1][2]) >= 0.90, epochs_seen[-1:]
+    assert [int(e[0]) for e in epochs_seen] == epochs and float(epochs_seen[-1][2]) >= 0.90, epochs_seen
     assert int(epochs_seen[-1][3]) == VALIDATION_IMAGES
     assert_identical_weights(log, world_size)
 
     # TensorBoard events and the report come from the master's rank 0 only
-    check_observability(log, tmp_path / "job" / "algo-1" / "output", epochs, world_size)   # PS: its 1 worker
-    assert not (tmp_path / "job" / "algo-2" / "output" / "data" / "report").exists()
-    assert not any((tmp_path / "job" / "algo-2" / "output" / "tensorboard").glob("events.*"))
+    check_observability(log, job_dir / "algo-1" / "output", epochs, world_size)   # PS: its 1 worker
+    assert not (job_dir / "algo-2" / "output" / "data" / "report").exists()
+    assert not any((job_dir / "algo-2" / "output" / "tensorboard").glob("events.*"))
 
     assert SAVED_MODEL[strategy.framework] in result["hosts"]["algo-1"]["model"]      # written once, by the master
     assert result["hosts"]["algo-2"]["model"] == []

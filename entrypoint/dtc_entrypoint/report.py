@@ -78,9 +78,9 @@ def lost_peer(lines: Sequence[str], peers: Mapping[str, str]) -> str | None:
     """The host whose loss the training processes reported, from Gloo's "connection reset by
     peer [address]", TensorFlow's "tasks are unhealthy ... /job:worker/.../task:N", gRPC's
     "connection reset" from a task's "remote target", or a failed heartbeat to TensorFlow's
-    coordination service (on task 0), named through ``peers`` (address -> host, ``worker:N`` -> host), or the line of
-    ``lost_host`` or
-    ``chief_failed`` a ``tf_server`` printed; ``None`` otherwise."""
+    coordination service (on task 0), named through ``peers`` (address -> host, ``worker:N`` ->
+    host), or the line of ``lost_host`` or ``chief_failed`` a ``tf_server`` printed; ``None``
+    otherwise."""
     text = "\n".join(lines)
     if said := _OTHER_HOST_FAILED.search(text):
         return said.group(0)

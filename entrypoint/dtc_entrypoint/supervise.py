@@ -95,12 +95,12 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
         watch: Callable[[Callable[[], bool]], str | None] | None = None) -> RunResult:
     """Runs ``argv`` (no shell) with ``os.environ`` plus ``env`` in ``workdir`` and waits.
 
-    stdout is inherited (no copy, no buffering); stderr passes through a pipe so its tail can
-    name the error. Signals received go to the command only. ``watch(done)``, if given, runs beside the
+    stdout is inherited (no copy, no buffering); stderr passes through a pipe so its tail can name
+    the error. Signals received go to the command only. ``watch(done)``, if given, runs beside the
     command (``done()`` turns true when it has exited) and returns why the job cannot go on
     (another host gone) or ``None``: the command's processes are then killed, and the reason is
-    the result's ``peer_lost`` (not after a stop signal: then every host is ending anyway). Returns when the command
-    has exited.
+    the result's ``peer_lost`` (not after a stop signal: then every host is ending anyway).
+    Returns when the command has exited.
 
     Raises:
         FileNotFoundError / PermissionError: the command cannot be executed.

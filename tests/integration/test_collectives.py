@@ -6,14 +6,14 @@ import sys
 
 import pytest
 
-from helpers import PROGRAMS, read_json
+from helpers import BIN, PROGRAMS, read_json
 
 pytestmark = pytest.mark.mpi
 RANKS = 2
 
 
 def mpirun(framework: str, out_dir) -> None:
-    argv = ["mpirun", "-np", str(RANKS), "--host", f"localhost:{RANKS}", "--tag-output",
+    argv = [str(BIN / "mpirun"), "-np", str(RANKS), "--host", f"localhost:{RANKS}", "--tag-output",
             sys.executable, str(PROGRAMS / "collectives.py"), framework, str(out_dir)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -5,11 +5,10 @@ MaxRuntime, a managed-spot interruption) and kills it 120 s later; a restart fin
 Each built-in trainer, under its real launcher (mpirun + Horovod, torchrun + DDP,
 MultiWorkerMirrored, the parameter-server chief with its servers), is sent SIGTERM at a random
 moment after its first epoch (the seed is printed; a stop during start-up is tested apart). It
-must exit 143 well within the grace period, say it was stopped, and leave a checkpoint of the step it had reached (none
-if it
-had not trained yet). Started again on the same tree it resumes at that step and ends where an
-uninterrupted run ends: with bit-identical weights, the input order being restored exactly
-(DALI checkpoints for PyTorch; per-epoch inputs with the done steps skipped for the Keras
+must exit 143 well within the grace period, say it was stopped, and leave a checkpoint of the
+step it had reached (none if it had not trained yet). Started again on the same tree it resumes
+at that step and ends where an uninterrupted run ends: with bit-identical weights, the input
+order being restored exactly (DALI checkpoints for PyTorch; per-epoch inputs with the done steps skipped for the Keras
 trainers; one seeded stream with the done batches skipped for the parameter-server trainer,
 whose one worker runs the scheduled steps in order).
 """
@@ -42,8 +41,7 @@ def stop_at(root, delay_s: float, after: re.Pattern | None = None) -> tuple[int,
     ``delay_s`` seconds after the start, or after the first line matching ``after``; waits.
     Returns (exit code, seconds from signal to exit, log)."""
     train = subprocess.Popen([str(BIN / "train")], env=train_env(root), stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT,
-                             text=True, stdin=subprocess.DEVNULL)
+                             stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
     lines: list[str] = []
     seen = threading.Event()
 

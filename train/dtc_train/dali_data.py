@@ -1,11 +1,10 @@
 """NVIDIA DALI input pipelines over an ImageFolder channel, sharded by rank.
 
 One pipeline definition serves both frameworks: the channel's image files (``channel.list_images``:
-labels from the sorted class-folder names, stray files left out) are read by ``fn.readers.file``, decoded to grayscale
-on the CPU, or on the GPU with
-``device="mixed"`` (nvJPEG/nvImageCodec) when the trainer has one, and normalised to float32
-in [0, 1]. Without a GPU the pipeline is built with ``device_id=None``, which keeps DALI off
-CUDA entirely (DALI ``Pipeline`` docs).
+labels from the sorted class-folder names, stray files left out) are read by ``fn.readers.file``,
+decoded to grayscale on the CPU, or on the GPU with ``device="mixed"`` (nvJPEG/nvImageCodec) when
+the trainer has one, and normalised to float32 in [0, 1]. Without a GPU the pipeline is built with
+``device_id=None``, which keeps DALI off CUDA entirely (DALI ``Pipeline`` docs).
 
 Sharding: reader shard ``i`` of ``S`` holds samples
 ``[floor(i*N/S), floor((i+1)*N/S))`` of the sorted file list, the formula of DALI's

@@ -17,17 +17,16 @@ the others' calls cost nothing, so every trainer calls it the same way:
 Outputs (SageMaker uploads both: ``TensorBoardOutputConfig`` syncs ``/opt/ml/output/tensorboard``
 to S3 while the job runs, and ``/opt/ml/output/data`` becomes ``output.tar.gz``):
 
-- ``--tensorboard-dir`` (default ``$SM_OUTPUT_DIR/tensorboard``, ``/opt/ml/output/tensorboard``): scalars per epoch,
-  written with
-  TensorBoard's own writer (``tensorboard.summary.Writer``): ``train/loss``, ``train/accuracy``,
-  ``validation/loss``, ``validation/accuracy``, ``throughput/samples_per_second`` (global,
-  training steps only), ``time/epoch_seconds``; the step is the epoch number.
-- ``--report-dir`` (default ``$SM_OUTPUT_DATA_DIR/report``, ``/opt/ml/output/data/report``): ``loss.png``,
-  ``accuracy.png``,
-  ``throughput.png`` (matplotlib, per epoch), ``summary.json`` and ``summary.md`` (final
-  metrics; wall time per phase: setup = process start to the first epoch, training steps,
-  validation, and the rest of each epoch (checkpoint, logging); gradient communication is not
-  listed apart: Horovod and DDP overlap it with the backward pass).
+- ``--tensorboard-dir`` (default ``$SM_OUTPUT_DIR/tensorboard``, ``/opt/ml/output/tensorboard``):
+  scalars per epoch, written with TensorBoard's own writer (``tensorboard.summary.Writer``):
+  ``train/loss``, ``train/accuracy``, ``validation/loss``, ``validation/accuracy``,
+  ``throughput/samples_per_second`` (global, training steps only), ``time/epoch_seconds``; the step
+  is the epoch number.
+- ``--report-dir`` (default ``$SM_OUTPUT_DATA_DIR/report``, ``/opt/ml/output/data/report``):
+  ``loss.png``, ``accuracy.png``, ``throughput.png`` (matplotlib, per epoch), ``summary.json`` and
+  ``summary.md`` (final metrics; wall time per phase: setup = process start to the first epoch,
+  training steps, validation, and the rest of each epoch (checkpoint, logging); gradient
+  communication is not listed apart: Horovod and DDP overlap it with the backward pass).
 
 Progress lines, at most one per ``--progress-seconds`` (default 30; 0 turns them off), e.g.
 ``progress epoch=3/12 step=40/56 samples_per_second=812.4 eta_seconds=95``, where the rate is
