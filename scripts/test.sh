@@ -57,7 +57,9 @@ phase() {   # phase NAME: runs it, appends "NAME SECONDS EXIT" to the rows; retu
     lint) "$MAKE" --no-print-directory lint ;;
     unit) pytest_tier unit 1 tests/unit ;;
     integration) pytest_tier integration "$INTEGRATION_WORKERS" tests/integration ;;
-    cluster) pytest_tier cluster "$CLUSTER_WORKERS" tests/cluster tests/image ;;
+    # tests/image first: its delivery and benchmark tests are the longest, and xdist hands out
+    # tests in the order given
+    cluster) pytest_tier cluster "$CLUSTER_WORKERS" tests/image tests/cluster ;;
     gpu) pytest_tier gpu 1 tests/gpu ;;
     *) echo "unknown phase '$name' in TEST_PHASES" >&2; false ;;
   esac

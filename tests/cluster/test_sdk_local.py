@@ -10,6 +10,7 @@ machine. docs/sdk.md gives users the same steps, and the one SDK v3 local-mode l
 (its ``MPI()`` driver's ``ethwe`` interface).
 """
 
+import fcntl
 import json
 import os
 import re
@@ -26,9 +27,7 @@ from helpers import DIGEST, PROGRAMS, REPO, podman_env, run_cluster
 IMAGE = os.environ.get("DTC_IMAGE")
 SDK_V2 = REPO / ".venv" / "sdk-v2" / "bin" / "python"
 SDK_V3 = REPO / ".venv" / "sdk-v3" / "bin" / "python"
-# The SDKs name their compose networks and containers themselves: their jobs run one at a time, on
-# one pytest-xdist worker.
-pytestmark = [pytest.mark.image, pytest.mark.xdist_group("sdk-local"),
+pytestmark = [pytest.mark.image,
               pytest.mark.skipif(not IMAGE, reason="DTC_IMAGE is not set (make test builds the image and sets it)")]
 
 
@@ -52,11 +51,23 @@ def docker_api():
 
 
 @pytest.fixture(autouse=True)
-def no_compose_container_left():
-    """The SDKs' docker-compose leaves its exited containers behind (each pins the image it ran,
-    layers and all): after each test, every compose container is removed (only these tests use
-    compose, and they run one at a time)."""
-    yield
+def one_sdk_job_at_a_time():
+    """The SDKs name their compose networks themselves, so two of their jobs on one machine meet:
+    each test holds an exclusive lock on build/sdk-local.lock while it runs, whichever pytest-xdist
+    worker runs it (xdist_group marks are not applied under pytest 9 with pytest-xdist 3.8).
+    docker-compose also leaves its exited containers behind (each pins the image it ran, layers
+    and all): after each test, every compose container is removed (only these tests use compose)."""
+    lock_path = REPO / "build" / "sdk-local.lock"
+    lock_path.parent.mkdir(exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            remove_compose_containers()
+
+
+def remove_compose_containers() -> None:
     env = podman_env()
     left = subprocess.run(["podman", "ps", "-a", "-q", "--filter", "label=com.docker.compose.project"],
                           capture_output=True, text=True, env=env).stdout.split()
