@@ -95,7 +95,8 @@ if [ "$setup_code" = 0 ]; then
     if [ "$images_code" != 0 ]; then echo "the image build failed: the cluster tier cannot run" >&2; fi
   fi
   if [ "${images_code:-0}" = 0 ]; then
-    for name in cluster gpu; do
+    # gpu first: without a GPU it is all skips, and a run's last pytest summary should count tests
+    for name in gpu cluster; do
       if wants "$name"; then phase "$name"; fi
     done
   fi
@@ -113,17 +114,23 @@ while read -r name seconds code; do
 done < <(cat "$state/rows" 2>/dev/null)
 printf '%-12s %8d %8.1f\n' "wall clock" "$SECONDS" "$(awk -v s="$SECONDS" 'BEGIN { print s / 60 }')"
 printf '%s]\n' "${json%,}" > build/test-phases.json
-# Every tier's counts in one closing line (the last tier alone may be all skips: tests/gpu here).
-python3 - build/junit-*.xml <<'PY'
+# Every tier's counts in one closing line, in pytest's own summary format (a reader of the log that
+# takes its last pytest summary line gets the whole run, not the last tier's).
+python3 - "$SECONDS" build/junit-*.xml <<'PY'
+import datetime
 import os
 import sys
 import xml.etree.ElementTree as ET
 counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-for path in (p for p in sys.argv[1:] if os.path.exists(p)):   # the glob itself when no tier ran
+for path in (p for p in sys.argv[2:] if os.path.exists(p)):   # the glob itself when no tier ran
     for suite in ET.parse(path).getroot().iter("testsuite"):
         for key in counts:
             counts[key] += int(suite.get(key, 0))
 passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-print(f"\nall tiers: {passed} passed, {counts['failures'] + counts['errors']} failed, {counts['skipped']} skipped")
+parts = [f"{n} {word}" for n, word in ((counts["failures"], "failed"), (passed, "passed"),
+                                       (counts["skipped"], "skipped"), (counts["errors"], "errors")) if n]
+seconds = int(sys.argv[1])
+line = f" {', '.join(parts) or 'no tests ran'} in {seconds}.00s ({datetime.timedelta(seconds=seconds)}) "
+print("\nall tiers together:\n" + line.center(80, "="))
 PY
 exit "$first_failure"
