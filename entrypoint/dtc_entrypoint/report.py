@@ -150,6 +150,49 @@ def exception_line(lines: Sequence[str]) -> str | None:
     return found
 
 
+# argparse's error exit (code 2): "usage: ..." lines, then "<prog>: error: <message>".
+_ARGPARSE_ERROR = re.compile(r"^(\S+): error: (.+)$")
+_UNRECOGNIZED = "unrecognized arguments:"
+_BOOLEAN_WORDS = {"True", "False", "true", "false", "1", "0"}
+
+
+def usage_error(lines: Sequence[str]) -> tuple[str, str] | None:
+    """argparse's own error line in a script's stderr, and a hint for SageMaker's conventions.
+
+    Returns ``(line, hint)`` for the last ``<prog>: error: <message>`` line that follows a
+    ``usage:`` line, else ``None``. The hint names what bites scripts written outside SageMaker:
+
+    * ``--model_dir`` rejected: SageMaker's TensorFlow estimator passes it to every script
+      (sagemaker-python-sdk ``TensorFlow`` ``model_dir``); accept it, or give the estimator
+      ``model_dir=False``.
+    * a ``True``/``False``/``1``/``0`` or empty value rejected: a hyperparameter reaches the script
+      as ``--name value``, as sagemaker-training's ``mapping.to_cmd_args`` passes it, which an
+      ``action="store_true"`` flag rejects (docs/entrypoint.md, "Flags").
+    * anything else: where the script's arguments come from.
+    """
+    usage_seen, found = False, None
+    for line in lines:
+        text = line.strip()
+        if text.startswith("usage:"):
+            usage_seen = True
+        elif usage_seen and (match := _ARGPARSE_ERROR.match(text)):
+            found = match
+    if not found:
+        return None
+    message = found.group(2)
+    rejected = message[len(_UNRECOGNIZED):].strip().split(" ") if message.startswith(_UNRECOGNIZED) else []
+    if "--model_dir" in rejected:
+        hint = ("SageMaker's TensorFlow estimator passes --model_dir to every script: accept it "
+                "(parser.add_argument(\"--model_dir\")) or create the estimator with model_dir=False")
+    elif any(token in _BOOLEAN_WORDS or token == "" for token in rejected) or "ignored explicit argument" in message:
+        hint = ("a hyperparameter reaches the script as '--name value' (as SageMaker's toolkit passes it), which an "
+                "action=\"store_true\" flag rejects: declare the flag to take a value (docs/entrypoint.md, Flags)")
+    else:
+        hint = ("the script's arguments are the job's hyperparameters, '--name value' in the order of "
+                "hyperparameters.json: declare each in the script's parser, or remove it from the job")
+    return found.group(0), hint
+
+
 def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
                      signal_name: str | None = None, peers: Mapping[str, str] | None = None,
                      peer_lost: str | None = None) -> str:
@@ -158,17 +201,22 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
     First line: a rank that died of a signal (``rank 3 on host algo-2 was killed by SIGKILL``,
     with the out-of-memory hint for SIGKILL: the others' errors follow from it) or a host that
     was lost (``peer_lost``, or what ``lost_peer`` finds with ``peers``), else the
-    exception the program raised (from the first rank that printed one), else ``<program>
-    exited with code N`` (``was killed by SIGNAME`` for 128 + N) / ``was stopped by SIGTERM``.
-    Then where it came from and the end of stderr, so the first 1024 characters explain the
-    failure.
+    exception the program raised (from the first rank that printed one), else argparse's error
+    line with ``usage_error``'s hint as the second line, else ``<program> exited with code N``
+    (``was killed by SIGNAME`` for 128 + N) / ``was stopped by SIGTERM``. Then where it came from
+    and the end of stderr, so the first 1024 characters explain the failure.
     """
-    culprit, where = None, ""
+    culprit, where, hint = None, "", None
     for key, lines in untag(stderr_tail).items():
         line = exception_line(lines)
         if line:
             culprit, where = line, key
             break
+    if culprit is None:
+        for key, lines in untag(stderr_tail).items():
+            if usage := usage_error(lines):
+                (culprit, hint), where = usage, key
+                break
     untagged = [_TAG.sub("", line) for line in stderr_tail]
     died = peer_lost or dead_rank(untagged) or lost_peer(untagged, peers or {})
     if signal_name:
@@ -184,9 +232,10 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
     else:
         headline = f"{program} exited with code {exit_code}"
     details = [f"Training program {program!r} exited with code {exit_code}"
-               + (f"; the exception above was raised on {where}" if culprit and where else "") + "."]
+               + (f"; the error above was raised on {where}" if culprit and where else "") + "."]
     tail = [line for line in stderr_tail[-40:] if line.strip()]
-    return "\n".join([headline, "", *details, "", "Last lines of stderr:", *tail]) + "\n"
+    hints = [hint] if hint and headline == culprit else []
+    return "\n".join([headline, *hints, "", *details, "", "Last lines of stderr:", *tail]) + "\n"
 
 
 def _atomic_write(path: str, text: str) -> None:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from helpers import AWKWARD, PROGRAMS, copy_programs, read_json, run_train
+from helpers import AWKWARD, PROGRAMS, REPO, copy_programs, read_json, run_train
 
 pytestmark = pytest.mark.mpi
 
@@ -84,6 +84,41 @@ def test_submit_directory_as_a_tarball_and_program_from_the_environment(make_job
     result = run_train(root, env={"SAGEMAKER_PROGRAM": "echo_argv.py"})   # the variable wins, as in the toolkit
     assert result.returncode == 0, result.output
     assert read_json(root / "output" / "data" / "argv-single.json")["argv"] == ["-k", "v"]
+
+
+FLAG_HPS = {"fp16-allreduce": "", "use-adasum": True, "model_dir": "/opt/ml/shared/model"}
+
+
+@pytest.mark.parametrize("encoding", ["json", "str"])
+def test_flags_declared_as_docs_entrypoint_shows_parse_sagemakers_values(make_job, source_dir, encoding):
+    """docs/entrypoint.md, Flags: the declarations it shows are tests/programs/flags.py's."""
+    copy_programs(source_dir, "flags.py")
+    program = (PROGRAMS / "flags.py").read_text()
+    shown = program[program.index("def flag"):program.index("# --- docs/entrypoint.md, Flags: end")].strip()
+    assert shown in (REPO / "docs" / "entrypoint.md").read_text()
+    root = make_job({"sagemaker_program": "flags.py", "sagemaker_submit_directory": str(source_dir), **FLAG_HPS},
+                    encoding=encoding)
+    result = run_train(root)
+    assert result.returncode == 0, result.output
+    parsed = read_json(root / "output" / "data" / "flags.json")
+    assert parsed == {"fp16_allreduce": True, "use_adasum": True, "model_dir": "/opt/ml/shared/model",
+                      "argv": ["--fp16-allreduce", "", "--use-adasum", "True", "--model_dir", "/opt/ml/shared/model"]}
+    root = make_job({"sagemaker_program": "flags.py", "sagemaker_submit_directory": str(source_dir),
+                     "use-adasum": False}, encoding=encoding)
+    assert run_train(root).returncode == 0
+    assert read_json(root / "output" / "data" / "flags.json")["use_adasum"] is False
+
+
+@pytest.mark.parametrize("mode, hint", [("store-true", 'action="store_true"'), ("no-model-dir", "model_dir=False")])
+def test_a_script_rejecting_its_arguments_fails_with_argparses_line_and_a_hint(make_job, source_dir, mode, hint):
+    copy_programs(source_dir, "flags.py")
+    root = make_job({"sagemaker_program": "flags.py", "sagemaker_submit_directory": str(source_dir), **FLAG_HPS})
+    result = run_train(root, env={"FLAGS_MODE": mode}, timeout_s=60)
+    assert result.returncode == 2
+    lines = result.failure.splitlines()
+    rejected = "''" if mode == "store-true" else "--model_dir /opt/ml/shared/model"
+    assert lines[0] == f"flags.py: error: unrecognized arguments: {rejected}".replace("''", "").rstrip(), lines
+    assert hint in lines[1]
 
 
 def test_shell_program_gets_its_arguments(make_job, source_dir):

@@ -67,3 +67,35 @@ def test_qualified_and_bare_exception_names():
                                   "tensorflow.python.framework.errors_impl.InvalidArgumentError: bad shape"]) \
         == "tensorflow.python.framework.errors_impl.InvalidArgumentError: bad shape"
     assert report.exception_line(["Traceback (most recent call last):", "KeyboardInterrupt"]) == "KeyboardInterrupt"
+
+
+USAGE = ["usage: train.py [-h] [--fp16-allreduce]"]
+
+
+def test_an_argparse_error_comes_first_with_the_model_dir_hint():
+    stderr = [*USAGE, "train.py: error: unrecognized arguments: --model_dir /opt/ml/shared/model"]
+    lines = report.describe_failure("train.py", 2, stderr).splitlines()
+    assert lines[0] == "train.py: error: unrecognized arguments: --model_dir /opt/ml/shared/model"
+    assert "--model_dir" in lines[1] and "model_dir=False" in lines[1] and 'add_argument("--model_dir")' in lines[1]
+
+
+def test_a_store_true_flag_given_a_value_gets_the_flags_hint_also_under_mpi():
+    for value in ("True", "", "false"):
+        stderr = [f"[1,0]<stderr>:{line}" for line in
+                  [*USAGE, f"train.py: error: unrecognized arguments: {value}"]]
+        lines = report.describe_failure("train.py", 2, stderr).splitlines()
+        assert lines[0] == f"train.py: error: unrecognized arguments: {value}".rstrip()
+        assert "store_true" in lines[1] and "docs/entrypoint.md, Flags" in lines[1]
+        assert "raised on rank 0" in lines[3]
+
+
+def test_another_argparse_error_names_where_the_arguments_come_from():
+    stderr = [*USAGE, "train.py: error: argument --lr: invalid float value: 'fast'"]
+    lines = report.describe_failure("train.py", 2, stderr).splitlines()
+    assert lines[0] == "train.py: error: argument --lr: invalid float value: 'fast'"
+    assert "hyperparameters.json" in lines[1]
+
+
+def test_an_error_line_without_argparses_usage_is_not_taken_for_one():
+    assert report.usage_error(["prog: error: something"]) is None
+    assert report.describe_failure("t.py", 2, ["prog: error: x"]).splitlines()[0] == "t.py exited with code 2"
