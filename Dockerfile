@@ -7,10 +7,10 @@
 # (docker/install-cuda-toolkit.sh). Every pin lives in versions.env; scripts/build-image.sh passes
 # each as a build argument, and a build argument given here overrides the file
 # (docker/resolve-pins.sh writes the pins the image was built with to /opt/dtc/src/versions.env).
-# Builder stage: compiles Horovod, mpi4py, the DALI TF plugin and sagemaker-training's extension
-# with the docker/ scripts the host setup runs too. Runtime stage: no compilers; it copies the
-# virtual environment and installs this project's own code last, so a code change rebuilds in
-# seconds. Build secrets/caches (pip CA, pip and Horovod caches) are mounts, never layers.
+# Builder stage: builds the environment with the docker/ scripts the host setup runs too (Horovod,
+# mpi4py, the DALI TF plugin and sagemaker-training's extension compiled), then keeps only its lock
+# and the compiled wheels. Runtime stage: no compilers; it installs the lock (the same environment)
+# and this project's own code last, so a code change rebuilds in seconds. Build secrets/caches (pip CA, pip and Horovod caches) are mounts, never layers.
 
 ARG FLAVOR=cpu
 ARG BASE_IMAGE=debian:bookworm-slim
@@ -93,23 +93,30 @@ ENV VENV=/opt/dtc/venv PYTHON=/opt/dtc/venv/bin/python PATH=/opt/dtc/venv/bin:${
 WORKDIR /opt/dtc/src
 COPY versions.env ./
 COPY docker/ ./docker/
-RUN ./docker/resolve-pins.sh versions.env && ./docker/install-system-packages.sh builder \
- && . ./versions.env && "python${PYTHON_VERSION}" -m venv "${VENV}"
-# GPU flavor: the CUDA 12 compiler for Horovod's kernels and the DALI TF plugin (this stage only).
-RUN --mount=type=secret,id=pip_ca \
-    if [ "${FLAVOR}" = gpu ]; then ./docker/install-cuda-toolkit.sh; fi
-RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip --mount=type=bind,target=/ctx \
-    if [ -d /ctx/build/wheels ]; then export PIP_FIND_LINKS=/ctx/build/wheels; fi \
- && ./docker/install-python-packages.sh
+RUN ./docker/resolve-pins.sh versions.env && ./docker/install-system-packages.sh builder
+# GPU flavor: the CUDA 12 compiler for Horovod's kernels and the DALI TF plugin (this stage only),
+# with a throwaway environment's pip for the headers' wheels (the image's environment comes next).
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
-    ./docker/install-mpi4py.sh
-# A Horovod wheel the host setup already built from the same inputs (same cache key) is reused
-# from build/wheels/horovod/ instead of compiled again (scripts/build-image.sh puts it there).
+    if [ "${FLAVOR}" = gpu ]; then \
+      . ./versions.env && "python${PYTHON_VERSION}" -m venv /tmp/toolkit-pip \
+      && PYTHON=/tmp/toolkit-pip/bin/python ./docker/install-cuda-toolkit.sh && rm -rf /tmp/toolkit-pip; \
+    fi
+# One step builds the whole environment, locks it and deletes it: the layer holds only the lock and
+# the wheels compiled here (docker/lock-environment.py), and the runtime stage installs the lock.
+# A layer of the environment itself would keep 5 GB (cpu) to 11 GB (gpu) on disk for nothing
+# (docs/image.md, Disk). A CPU torch wheel and the Horovod wheel the host setup built from the
+# same inputs (same cache key) come from build/wheels/ (scripts/build-image.sh puts them there).
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip --mount=type=cache,target=/root/.cache/dtc \
     --mount=type=bind,target=/ctx \
-    HOROVOD_WHEEL_SEED=/ctx/build/wheels/horovod ./docker/build-horovod.sh
-RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
-    ./docker/install-dali.sh && "${PYTHON}" -m pip check
+    if [ -d /ctx/build/wheels ]; then export PIP_FIND_LINKS=/ctx/build/wheels; fi \
+ && . ./versions.env && "python${PYTHON_VERSION}" -m venv "${VENV}" \
+ && ./docker/install-python-packages.sh && ./docker/install-mpi4py.sh \
+ && HOROVOD_WHEEL_SEED=/ctx/build/wheels/horovod ./docker/build-horovod.sh \
+ && ./docker/install-dali.sh && "${PYTHON}" -m pip check \
+ && torch_index="$(. ./docker/lib.sh && torch_index_url)" \
+ && "${PYTHON}" docker/lock-environment.py /opt/dtc/wheels --extra-index-url "${torch_index}" \
+      --search /root/.cache/pip/wheels --search /root/.cache/dtc/horovod-wheels --search /ctx/build/wheels \
+ && rm -rf "${VENV}"
 
 # ------------------------------------------------------------------------------------ runtime
 # hadolint ignore=DL3006
@@ -131,7 +138,12 @@ COPY docker/ ./docker/
 RUN ./docker/install-system-packages.sh runtime && ./docker/configure-sshd.sh \
  && INSTALL_EFA="${INSTALL_EFA}" ./docker/install-efa.sh
 COPY docker/nccl.conf /etc/nccl.conf
-COPY --from=builder /opt/dtc/venv /opt/dtc/venv
+# The environment, from the builder's lock and wheels (bound for this step, not copied into a layer).
+# The lock is copied: a change to it (a pin, a wheel compiled differently) reruns the next step.
+COPY --from=builder /opt/dtc/wheels/requirements.lock /opt/dtc/requirements.lock
+RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,from=builder,source=/opt/dtc/wheels,target=/opt/dtc/wheels \
+    ./docker/install-locked-environment.sh /opt/dtc/wheels
 # This project's own code: the last layers, so changing it rebuilds only these.
 COPY pyproject.toml README.md ./
 COPY entrypoint/ ./entrypoint/

@@ -31,12 +31,11 @@ index_args=()
 if [ "$FLAVOR" = gpu ]; then
   framework_reqs=("torch==$TORCH_GPU_VERSION" "tensorflow==$TENSORFLOW_VERSION"
                   "nvidia-cuda-nvcc-cu$CUDA_MAJOR==$TF_NVCC_CU12_VERSION")
-  [ "${TORCH_INDEX_URL:-}" = auto ] && TORCH_INDEX_URL=""   # PyPI's torch is the CUDA 12 build
 else
   framework_reqs=("torch==$TORCH_VERSION+cpu" "tensorflow==$TENSORFLOW_VERSION")
-  [ "${TORCH_INDEX_URL:-}" = auto ] && TORCH_INDEX_URL="https://download.pytorch.org/whl/cpu"
 fi
-[ -n "${TORCH_INDEX_URL:-}" ] && index_args=(--extra-index-url "$TORCH_INDEX_URL")
+torch_index="$(torch_index_url)"
+[ -n "$torch_index" ] && index_args=(--extra-index-url "$torch_index")
 
 log "frameworks ($FLAVOR): ${framework_reqs[*]}"
 pip_install "${index_args[@]}" \
@@ -58,15 +57,5 @@ other = {name: m for name, m in found.items() if m != major}
 print(f"other CUDA majors: {other}" if other else f"{len(found)} CUDA wheels, all cu{major}")
 sys.exit(1 if other else 0)
 PY
-  site="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  for bundled in "$site"/triton/backends/nvidia/lib/cupti/*.so*; do
-    if [ ! -f "$bundled" ] || [ -L "$bundled" ]; then continue; fi
-    for original in "$site"/nvidia/cuda_cupti/lib/*.so*; do
-      if cmp -s "$bundled" "$original"; then
-        ln -sfr "$original" "$bundled"
-        log "triton's $(basename "$bundled") is a copy of ${original#"$site"/}: linked"
-        break
-      fi
-    done
-  done
+  link_triton_cupti_copies
 fi

@@ -12,9 +12,9 @@ stage="${1:?usage: install-system-packages.sh builder|runtime}"
 py="python$PYTHON_VERSION"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-common=(ca-certificates "$py" openssh-client)
+common=(ca-certificates "$py" "$py-venv" openssh-client)   # venv: both stages create /opt/dtc/venv
 if [ "$stage" = builder ]; then
-  apt_install "${common[@]}" "$py-venv" "$py-dev" g++ make cmake patch
+  apt_install "${common[@]}" "$py-dev" g++ make cmake patch
   OPENMPI_DEV=1 "$DOCKER_DIR/install-openmpi.sh"
 elif [ "$stage" = runtime ]; then
   apt_install "${common[@]}" openssh-server

@@ -13,14 +13,13 @@
 # INSTALL_EFA (gpu), BUILD_REPORT (a JSON file to write the build's flavor, time, size and budgets to).
 #
 # Disk (measured in docs/image.md): buildah writes a layer three times while committing it (the
-# build container's files, a temporary blob in TMPDIR, default /var/tmp, and the stored layer),
-# and the runtime stage copies the whole virtual environment (11 GB in the GPU flavor) in one
-# layer. Before a buildah build it removes the build containers of builds that died (each holds a
-# copy of the layers it was writing); after a build it removes the image the tag named before,
-# with the layers no other image uses (buildah copies the virtual environment into the runtime
-# stage again on every build, so replaced images would pile up). It prunes nothing else: a stage's
-# last layer is an untagged image with no child, which `podman image prune` would take, and the
-# next build would run that stage's last step again.
+# build container's files, a temporary blob in TMPDIR, default /var/tmp, and the stored layer);
+# the largest layer is the runtime stage's virtual environment (5 GB cpu, 11 GB gpu), installed
+# from the builder stage's lock, which keeps no copy of it. `--force-rm` removes a build's
+# containers even when it fails (each holds a copy of the layers it was writing); after a build
+# this script removes the image the tag named before, with the layers no other image uses. It
+# prunes nothing else: a stage's last layer is an untagged image with no child, which
+# `podman image prune` would take, and the next build would run that stage's last step again.
 # Both flavors build on debian:bookworm-slim, made locally (scripts/make-base-image.sh) when no
 # registry can be reached. A CPU torch wheel in pip's find-links (this project's CI machines have
 # one) is handed to the build instead of PyTorch's index, which those machines cannot reach, and
@@ -34,7 +33,7 @@ IMAGE="${IMAGE:-dtc:$FLAVOR}"
 log() { printf '[build-image] %s\n' "$*" >&2; }
 case "$FLAVOR" in
   cpu) size_budget_gb=7;  time_budget_s=2400; free_needed_gb=30 ;;
-  gpu) size_budget_gb=13; time_budget_s=3600; free_needed_gb=70 ;;
+  gpu) size_budget_gb=13; time_budget_s=3600; free_needed_gb=50 ;;
   *) log "error: FLAVOR must be cpu or gpu, got '$FLAVOR'"; exit 2 ;;
 esac
 size_budget_gb="${IMAGE_SIZE_BUDGET_GB:-$size_budget_gb}"
@@ -82,7 +81,7 @@ if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
   tool=(env DOCKER_BUILDKIT=1 docker build)
 else
   . scripts/podman-env.sh
-  tool=(buildah bud --isolation chroot --layers --format docker --pull=never)
+  tool=(buildah bud --isolation chroot --layers --force-rm --format docker --pull=never)
 fi
 cmd=("${tool[@]}" "${build_args[@]}" "${secret_args[@]}" -t "$IMAGE" -f Dockerfile .)
 
@@ -109,7 +108,6 @@ engine=docker
 [ "${tool[0]}" = buildah ] && engine=podman
 replaced="$("$engine" image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
 if [ "${tool[0]}" = buildah ]; then
-  buildah rm --all >/dev/null 2>&1 || true              # build containers of builds that died
   check_free_space "$(podman info --format '{{.Store.GraphRoot}}')"
   podman image exists "docker.io/library/$BASE_IMAGE" || scripts/make-base-image.sh
 else

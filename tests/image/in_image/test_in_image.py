@@ -69,6 +69,23 @@ def test_pip_check_is_clean():
     run("python", "-m", "pip", "check")
 
 
+def test_the_environment_is_the_builder_stages_lock():
+    """The runtime stage installs /opt/dtc/requirements.lock (docker/lock-environment.py wrote it
+    in the builder stage): exactly those distributions at those versions, nothing else."""
+    lock, local = set(), set()
+    for line in Path("/opt/dtc/requirements.lock").read_text().splitlines():
+        if " @ file://" in line:    # a wheel the builder compiled: name @ file:///opt/dtc/wheels/<name>-<version>-...
+            name, wheel = line.split(" @ file://")
+            lock.add(f"{name}=={Path(wheel).name.split('-')[1]}")
+            local.add(name)
+        elif "==" in line and not line.startswith(("#", "-")):
+            lock.add(line)
+    installed = {f"{re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()}=={d.version}"
+                 for d in metadata.distributions() if d.metadata["Name"] != "dtc"}
+    assert len(lock) > 50 and installed == lock, (sorted(installed - lock), sorted(lock - installed))
+    assert {"horovod", "mpi4py", "sagemaker-training", "nvidia-dali-tf-plugin-cuda120"} <= local, local
+
+
 def test_horovod_check_build():
     out = run("horovodrun", "--check-build")
     wanted = ["TensorFlow", "PyTorch", "MPI", "Gloo"] + (["NCCL"] if os.environ["FLAVOR"] == "gpu" else [])

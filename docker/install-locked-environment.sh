@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runtime stage: creates the image's virtual environment ($VENV) from the builder stage's lock,
+# with no compiler: `pip install --no-deps -r requirements.lock`, every distribution at the
+# builder's exact version, binary wheels only, the ones the builder compiled (Horovod, mpi4py, the
+# DALI TensorFlow plugin, sagemaker-training's extension) from the lock's own directory, the
+# rest from pip's cache (the build's cache mount) or the index. Then the GPU flavor's CUPTI links
+# (lib.sh), `pip check`, and Horovod's build check: the environment equals the builder's.
+#
+# Usage: install-locked-environment.sh DIR   (DIR holds requirements.lock and the local wheels:
+# docker/lock-environment.py wrote them in the builder stage)
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+dir="${1:?usage: install-locked-environment.sh DIR (with requirements.lock)}"
+[ -s "$dir/requirements.lock" ] || die "$dir/requirements.lock is missing: the builder stage writes it (docker/lock-environment.py)"
+: "${VENV:?VENV must name the environment to create}"
+"python$PYTHON_VERSION" -m venv "$VENV"
+PYTHON="$VENV/bin/python"
+log "$(grep -c -v -e '^#' -e '^-' "$dir/requirements.lock") distributions from $dir/requirements.lock"
+pip_install --no-deps -r "$dir/requirements.lock"
+if [ "$FLAVOR" = gpu ]; then link_triton_cupti_copies; fi
+"$PYTHON" -m pip check
+check="$("$VENV/bin/horovodrun" --check-build)"
+for framework in TensorFlow PyTorch; do
+  grep -Eq "\[X\] $framework\b" <<<"$check" || die "horovodrun --check-build in the new environment lacks $framework: $check"
+done
+log "environment ready at $VENV"
