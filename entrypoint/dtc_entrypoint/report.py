@@ -21,6 +21,8 @@ _TAG = re.compile(r"\[(\d+),(\d+)\]<(?:stderr|stdout)>:")
 # optionally module-qualified) alone or before ": ". Source lines of a traceback never match: they
 # start lower-case (raise, self.x(...)) or contain "(" before any ": ".
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:: .*)?$")
+# The location line Python prints above a syntax error (and in every traceback frame).
+_SOURCE_LOCATION = re.compile(r'^\s*File "[^"]+", line \d+')
 
 FAILURE_REASON_CHARS = 1024
 # SIGKILL is what the kernel's out-of-memory killer sends (and `kill -9`, and a host's shutdown).
@@ -138,12 +140,14 @@ def exception_line(lines: Sequence[str]) -> str | None:
 
     Works on interleaved, re-wrapped output too (mpirun splits partial writes), because it looks
     for the first line shaped like an exception after each ``Traceback`` header rather than
-    relying on indentation.
+    relying on indentation. A ``SyntaxError`` in the program itself has no ``Traceback`` header
+    (Python prints ``  File "train.py", line 2``, the source line, a caret and the error): the
+    ``File`` line arms the search too.
     """
     found = None
     armed = False
     for line in lines:
-        if line.startswith("Traceback (most recent call last):"):
+        if line.startswith("Traceback (most recent call last):") or _SOURCE_LOCATION.match(line):
             armed = True
         elif armed and _EXCEPTION_LINE.match(line.strip()):
             found, armed = line.strip(), False
@@ -156,7 +160,7 @@ _UNRECOGNIZED = "unrecognized arguments:"
 _BOOLEAN_WORDS = {"True", "False", "true", "false", "1", "0"}
 
 
-def usage_error(lines: Sequence[str]) -> tuple[str, str] | None:
+def usage_error(lines: Sequence[str], program: str = "") -> tuple[str, str] | None:
     """argparse's own error line in a script's stderr, and a hint for SageMaker's conventions.
 
     Returns ``(line, hint)`` for the last ``<prog>: error: <message>`` line that follows a
@@ -168,7 +172,8 @@ def usage_error(lines: Sequence[str]) -> tuple[str, str] | None:
     * a ``True``/``False``/``1``/``0`` or empty value rejected: a hyperparameter reaches the script
       as ``--name value``, as sagemaker-training's ``mapping.to_cmd_args`` passes it, which an
       ``action="store_true"`` flag rejects (docs/entrypoint.md, "Flags").
-    * anything else: where the script's arguments come from.
+    * anything else: where the script's arguments come from; for a built-in trainer
+      (``program`` ``builtin:...``), which hyperparameter to fix and where they are listed.
     """
     usage_seen, found = False, None
     for line in lines:
@@ -181,7 +186,10 @@ def usage_error(lines: Sequence[str]) -> tuple[str, str] | None:
         return None
     message = found.group(2)
     rejected = message[len(_UNRECOGNIZED):].strip().split(" ") if message.startswith(_UNRECOGNIZED) else []
-    if "--model_dir" in rejected:
+    if program.startswith("builtin:"):
+        hint = (f"a hyperparameter of the built-in trainer {program} is not one it takes, or has a value it cannot "
+                "take: fix it in the job's hyperparameters (docs/environment.md, Read by the built-in trainers)")
+    elif "--model_dir" in rejected:
         hint = ("SageMaker's TensorFlow estimator passes --model_dir to every script: accept it "
                 "(parser.add_argument(\"--model_dir\")) or create the estimator with model_dir=False")
     elif any(token in _BOOLEAN_WORDS or token == "" for token in rejected) or "ignored explicit argument" in message:
@@ -214,7 +222,7 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
             break
     if culprit is None:
         for key, lines in untag(stderr_tail).items():
-            if usage := usage_error(lines):
+            if usage := usage_error(lines, program):
                 (culprit, hint), where = usage, key
                 break
     untagged = [_TAG.sub("", line) for line in stderr_tail]

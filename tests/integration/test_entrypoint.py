@@ -121,6 +121,24 @@ def test_a_script_rejecting_its_arguments_fails_with_argparses_line_and_a_hint(m
     assert hint in lines[1]
 
 
+def test_a_syntax_error_in_the_script_is_the_failures_first_line(make_job, source_dir):
+    source_dir.mkdir()
+    (source_dir / "train.py").write_text("import os\nx = (\n")
+    root = make_job({"sagemaker_program": "train.py", "sagemaker_submit_directory": str(source_dir)})
+    result = run_train(root, timeout_s=60)
+    assert result.returncode == 1
+    assert result.failure.splitlines()[0] == "SyntaxError: '(' was never closed"
+
+
+def test_a_built_in_trainers_bad_hyperparameter_shows_argparses_message_first(make_job):
+    root = make_job({"sagemaker_program": "builtin:tensorflow", "epochs": "abc"})
+    result = run_train(root, timeout_s=120)
+    assert result.returncode == 2
+    lines = result.failure.splitlines()
+    assert lines[0].endswith("error: argument --epochs: invalid int value: 'abc'"), lines
+    assert "builtin:tensorflow" in lines[1] and "docs/environment.md" in lines[1]
+
+
 def test_shell_program_gets_its_arguments(make_job, source_dir):
     source_dir.mkdir()
     (source_dir / "run.sh").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$SM_OUTPUT_DATA_DIR/args.txt"\n')

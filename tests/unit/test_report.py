@@ -99,3 +99,18 @@ def test_another_argparse_error_names_where_the_arguments_come_from():
 def test_an_error_line_without_argparses_usage_is_not_taken_for_one():
     assert report.usage_error(["prog: error: something"]) is None
     assert report.describe_failure("t.py", 2, ["prog: error: x"]).splitlines()[0] == "t.py exited with code 2"
+
+
+def test_a_syntax_error_without_a_traceback_header_comes_first():
+    stderr = ['  File "/opt/ml/code/train.py", line 2', "    x = (", "        ^", "SyntaxError: '(' was never closed"]
+    assert report.describe_failure("train.py", 1, stderr).splitlines()[0] == "SyntaxError: '(' was never closed"
+    tagged = [f"[1,1]<stderr>:{line}" for line in stderr]
+    assert report.describe_failure("train.py", 1, tagged).splitlines()[0] == "SyntaxError: '(' was never closed"
+
+
+def test_a_built_in_trainers_argument_error_names_its_hyperparameters():
+    stderr = ["usage: tensorflow_horovod.py [-h] [--epochs EPOCHS]",
+              "tensorflow_horovod.py: error: argument --epochs: invalid int value: 'abc'"]
+    lines = report.describe_failure("builtin:tensorflow", 2, stderr).splitlines()
+    assert lines[0] == "tensorflow_horovod.py: error: argument --epochs: invalid int value: 'abc'"
+    assert "builtin:tensorflow" in lines[1] and "Read by the built-in trainers" in lines[1]
