@@ -215,13 +215,14 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
     and the end of stderr, so the first 1024 characters explain the failure.
     """
     culprit, where, hint = None, "", None
-    for key, lines in untag(stderr_tail).items():
+    streams = untag(stderr_tail)
+    for key, lines in streams.items():
         line = exception_line(lines)
         if line:
             culprit, where = line, key
             break
     if culprit is None:
-        for key, lines in untag(stderr_tail).items():
+        for key, lines in streams.items():
             if usage := usage_error(lines, program):
                 (culprit, hint), where = usage, key
                 break
