@@ -25,9 +25,13 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass
 
 ENV = "DTC_FAULT"
+# A host fault waits this long between its log line and the kill: the line goes through the host's
+# ``orted`` to ``mpirun`` on the master, and killing ``orted`` at once lost it (a CI run, 2026-11-23).
+HOST_FAULT_LOG_GRACE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ class Fault:
     def strike(self, step: int) -> None:
         """Ends this process (and, for a host fault, the host's others) as configured; does not
         return. A host fault first writes the host's failure file (``train`` outlives the others
-        and reports it)."""
+        and reports it) and waits ``HOST_FAULT_LOG_GRACE_S`` for its log line to leave the host."""
         if self.host:
             from . import common, contract  # noqa: PLC0415
 
@@ -57,6 +61,7 @@ class Fault:
             if not os.path.exists(failure):
                 common.write_text(failure, f"host {self.host}: {ENV} killed every process of this host but train after "
                                            f"step {step} (an injected host failure)\n")
+            time.sleep(HOST_FAULT_LOG_GRACE_S)
             _kill_container_processes()
         if self.exit_code is not None:
             os._exit(self.exit_code)
