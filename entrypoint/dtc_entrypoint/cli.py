@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import traceback
 
 from . import config as job_config
@@ -29,6 +30,9 @@ from .errors import (
 from .plan import HOST_SPECIFIC_SM_VARS
 
 log = logging.getLogger("dtc")
+# Under torchrun, how long a host whose peer's train has closed waits for its own training to end
+# before it counts the peer as lost (DTC_PEER_END_GRACE_S; _peer_watch).
+PEER_END_GRACE_S = 20.0
 
 KNOWN_FRAMEWORK_PARAMETERS = {
     *strategy.STRATEGY_FLAGS, *strategy.UNSUPPORTED_FLAGS,
@@ -117,10 +121,19 @@ def _peer_watch(plan: launch.LaunchPlan, current_host: str, ports: strategy.Port
     if not endpoints:
         return None
 
+    # torchrun: every host's train watches the others', and the first host whose training ends
+    # closes first, while the others' torchrun may still be leaving its exit barrier: they get a
+    # grace period to end on their own (a success is a success) before the host counts as lost.
+    torchrun = plan.strategy == strategy.TORCH_DISTRIBUTED
+    grace_s = _env_seconds("DTC_PEER_END_GRACE_S", PEER_END_GRACE_S) if torchrun else 0.0
+
     def watch(done) -> str | None:
         closed = peers.watch_until_one_closes(list(endpoints), stop=done)
         if closed is None:
             return None
+        deadline = time.monotonic() + grace_s
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.5)
         return report.lost_host(closed[0], f"its {endpoints[closed]} ({closed[0]}:{closed[1]}) stopped answering "
                                            "while the job ran")
 

@@ -17,8 +17,13 @@ reach the program exactly as given (the toolkit's shell path does not; toolkit #
 
 import logging
 import os
+import re
 import tarfile
 from dataclasses import dataclass
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from . import strategy as strategies
 from . import supervise
@@ -206,15 +211,71 @@ def install_dependencies(config: JobConfig) -> None:
     if os.environ.get(modules.CA_REPOSITORY_ARN_ENV):
         argv += ["-i", modules._get_codeartifact_index()]
     log.info("installing the program's dependencies (%s)", " ".join(targets))
-    result = supervise.run(argv, {}, config.code_dir)
+    result = supervise.run(argv, {}, config.code_dir, merge_stdout=True)   # pip explains conflicts on stdout
     if result.signal_received:   # stopped while pip ran: a stop, not a pip failure
         raise StoppedBeforeLaunch(result.signal_received, "installing the program's dependencies")
     if result.returncode != 0:
         errors = [line.strip() for line in result.stderr_tail if line.strip().startswith("ERROR:")]
         what = "requirements.txt" if kind is _entry_point_type.PYTHON_PROGRAM else "the package (setup.py)"
-        first = errors[-1] if errors else f"pip install exited with code {result.exit_code}"
+        first = (pinned_conflict(result.stderr_tail, what, os.environ.get("PIP_CONSTRAINT", ""))
+                 or (errors[-1] if errors else f"pip install exited with code {result.exit_code}"))
         raise DependencyError(
             f"{first}\n\nInstalling {what} in {config.code_dir} failed (pip exit code {result.exit_code}): "
             "fix requirements.txt in the submit directory (sagemaker_submit_directory / source_dir), or the "
             "package or index it names. Last lines of pip's output:\n" + "\n".join(result.stderr_tail[-20:]),
             key="requirements.txt")
+
+
+_CONSTRAINT_LINE = re.compile(r"^The user requested \(constraint\) (?P<pin>(?P<name>[A-Za-z0-9._-]+)\S*)$")
+_REQUESTED_LINE = re.compile(r"^The user requested (?P<spec>(?P<name>[A-Za-z0-9._-]+).*)$")
+_DEPENDS_LINE = re.compile(r"^(?P<parent>\S+ \S+) depends on (?P<spec>(?P<name>[A-Za-z0-9._-]+).*)$")
+
+
+def pinned_conflict(pip_stderr: "list[str] | tuple[str, ...]", what: str, constraint_file: str) -> str | None:
+    """The failure's first line when pip refused a requirement because the image's constraint file
+    pins the same distribution (``PIP_CONSTRAINT``: docker/lock-environment.py's ``PROTECTED``), or
+    ``None`` when pip failed for another reason.
+
+    Reads pip's ResolutionImpossible report (pip 25: ``The conflict is caused by:`` followed by
+    ``The user requested (constraint) torch==2.13.0+cpu`` and either ``The user requested
+    torch==2.5.0`` or ``scipy 1.10.0 depends on numpy<1.27.0``). The line names the package, what
+    ``what`` (``requirements.txt`` or the package) asked for, the pinned version, and the three
+    ways out (docs/versions.md, Protected pins)."""
+    lines = [line.strip() for line in pip_stderr]
+    pins = {}
+    for line in lines:
+        if match := _CONSTRAINT_LINE.match(line):
+            pins[canonicalize_name(match["name"])] = match["pin"]
+    for line in lines:
+        if "(constraint)" in line:
+            continue
+        if match := _REQUESTED_LINE.match(line):
+            asks = f"asks for {match['spec']}"
+        elif match := _DEPENDS_LINE.match(line):
+            asks = f"asks for {match['parent']}, which depends on {match['spec']}"
+        else:
+            continue
+        name = canonicalize_name(match["name"])
+        if name not in pins:
+            continue
+        source = f" ({constraint_file})" if constraint_file else ""
+        if _admits(match["spec"][len(match["name"]):], pins[name].partition("==")[2]):
+            # the requirement accepts the pinned build, which pip could not find: this image's build lacks it
+            where = ("PyTorch's CPU builds come from its own index: add '--extra-index-url "
+                     "https://download.pytorch.org/whl/cpu' to requirements.txt, or use the GPU flavor"
+                     if "+cpu" in pins[name] else "use the GPU flavor, or a derived image that has it")
+            return (f"{what} {asks}; this image pins {pins[name]}{source} but does not have it, and pip found no "
+                    f"such build: {where} (docs/versions.md, Companion libraries)")
+        return (f"{what} {asks}, but this image pins {pins[name]}{source}: use the image's version, "
+                f"build a derived image with the one you need, or set PIP_CONSTRAINT='' in the job's "
+                f"environment to lift the image's pins at your own risk (docs/versions.md, Protected pins)")
+    return None
+
+
+def _admits(specifier: str, version: str) -> bool:
+    """Whether pip's rendering of a requirement's version range (``<1.27.0 and >=1.19.5``, or
+    nothing) admits ``version``; ``False`` when it does not parse."""
+    try:
+        return SpecifierSet(specifier.replace(" and ", ",").strip()).contains(Version(version), prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return False

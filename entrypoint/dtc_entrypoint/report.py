@@ -201,6 +201,36 @@ def usage_error(lines: Sequence[str], program: str = "") -> tuple[str, str] | No
     return found.group(0), hint
 
 
+_MISSING_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^'.]+)[^']*'")
+
+
+def missing_module_hint(exception: str, constraint_file: str | None = None) -> str | None:
+    """The hint under ``ModuleNotFoundError: No module named 'x.y'``: the image does not ship the
+    top-level module ``x``; add the distribution that provides it to requirements.txt beside the
+    script (installed before the program starts, sagemaker-training's convention), or use a derived
+    image. When the image's pip constraint file (``constraint_file``, default ``PIP_CONSTRAINT``)
+    pins ``x`` to a ``+cpu`` build the image lacks (the CPU flavor's torchvision where its build
+    could not reach PyTorch's index), says where that build comes from instead. ``None`` for any
+    other exception line."""
+    match = _MISSING_MODULE.match(exception)
+    if not match:
+        return None
+    module = match.group(1)
+    path = os.environ.get("PIP_CONSTRAINT", "") if constraint_file is None else constraint_file
+    pins = {}
+    if path and os.path.isfile(path):
+        with open(path) as handle:
+            pins = dict(line.strip().split("==", 1) for line in handle if "==" in line and not line.startswith("#"))
+    pinned = pins.get(module.replace("_", "-").lower(), "")
+    if pinned.endswith("+cpu"):
+        return (f"this image has no {module}, and pins its PyTorch CPU build {module}=={pinned} ({path}): add "
+                f"'--extra-index-url https://download.pytorch.org/whl/cpu' and '{module}=={pinned}' to "
+                "requirements.txt, or use the GPU flavor (docs/versions.md, Companion libraries)")
+    return (f"this image has no module {module!r}: add the package that provides it to requirements.txt "
+            "in the source directory (installed before the script starts), or build a derived image with it "
+            "(docs/versions.md lists what the image ships)")
+
+
 def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
                      signal_name: str | None = None, peers: Mapping[str, str] | None = None,
                      peer_lost: str | None = None) -> str:
@@ -209,7 +239,8 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
     First line: a rank that died of a signal (``rank 3 on host algo-2 was killed by SIGKILL``,
     with the out-of-memory hint for SIGKILL: the others' errors follow from it) or a host that
     was lost (``peer_lost``, or what ``lost_peer`` finds with ``peers``), else the
-    exception the program raised (from the first rank that printed one), else argparse's error
+    exception the program raised (from the first rank that printed one; ``missing_module_hint`` as
+    the second line for a ``ModuleNotFoundError``), else argparse's error
     line with ``usage_error``'s hint as the second line, else ``<program> exited with code N``
     (``was killed by SIGNAME`` for 128 + N) / ``was stopped by SIGTERM``. Then where it came from
     and the end of stderr, so the first 1024 characters explain the failure.
@@ -219,7 +250,7 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
     for key, lines in streams.items():
         line = exception_line(lines)
         if line:
-            culprit, where = line, key
+            culprit, where, hint = line, key, missing_module_hint(line)
             break
     if culprit is None:
         for key, lines in streams.items():

@@ -29,6 +29,9 @@ from .redact import redact_command
 log = logging.getLogger(__name__)
 
 STDERR_TAIL_LINES = 400
+# How long a failed command's result waits for its watch to say whether a peer was lost (the watch
+# polls every few seconds, and may give the command a grace period first: cli._peer_watch).
+WATCH_JOIN_S = 30.0
 _LINE_END = re.compile(rb"\r\n|\n|\r")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -92,14 +95,17 @@ def stop_services(services: Sequence[subprocess.Popen], grace_s: float = 10.0) -
 
 
 def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s: float = 110.0,
-        watch: Callable[[Callable[[], bool]], str | None] | None = None) -> RunResult:
+        watch: Callable[[Callable[[], bool]], str | None] | None = None, merge_stdout: bool = False) -> RunResult:
     """Runs ``argv`` (no shell) with ``os.environ`` plus ``env`` in ``workdir`` and waits.
 
     stdout is inherited (no copy, no buffering); stderr passes through a pipe so its tail can name
-    the error. Signals received go to the command only. ``watch(done)``, if given, runs beside the
-    command (``done()`` turns true when it has exited) and returns why the job cannot go on
-    (another host gone) or ``None``: the command's processes are then killed, and the reason is
-    the result's ``peer_lost`` (not after a stop signal: then every host is ending anyway).
+    the error. ``merge_stdout`` sends stdout through that pipe too (to our stderr), for a command
+    that explains its errors on stdout (pip's dependency conflicts). Signals received go to the
+    command only. ``watch(done)``, if given, runs beside the command (``done()`` turns true when
+    it has exited) and returns why the job cannot go on (another host gone) or ``None``: the
+    command's processes are then killed if still running, and the reason is the result's
+    ``peer_lost`` when the command failed (not after a stop signal: then every host is ending
+    anyway). A command that exits 0 succeeded, whatever its watch saw.
     Returns when the command has exited.
 
     Raises:
@@ -131,7 +137,8 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
     try:
         child = subprocess.Popen(
             list(argv), env=full_env, cwd=workdir, stdin=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, start_new_session=True,
+            stdout=subprocess.PIPE if merge_stdout else None,
+            stderr=subprocess.STDOUT if merge_stdout else subprocess.PIPE, start_new_session=True,
         )
     except BaseException:
         for sig, handler in previous.items():
@@ -139,20 +146,25 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
         raise
     children.append(child)
     tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
-    pump = threading.Thread(target=_pump, args=(child.stderr, sys.stderr.buffer, tail), daemon=True)
+    output = child.stdout if merge_stdout else child.stderr
+    pump = threading.Thread(target=_pump, args=(output, sys.stderr.buffer, tail), daemon=True)
     pump.start()
     if received:
         forward(received[0], None)
     lost: list[str] = []
+    watching = None
     if watch is not None:
         def watcher():
             reason = watch(lambda: child.poll() is not None)
-            if reason and child.poll() is None and not received:   # stopping: the other hosts end too
-                lost.append(reason)
+            if not reason or received:   # stopping: the other hosts end too
+                return
+            lost.append(reason)          # names the lost host if the command fails (it may have already)
+            if child.poll() is None:
                 log.error("%s: ending the training processes", reason)
                 _kill_group(child.pid)
 
-        threading.Thread(target=watcher, daemon=True).start()
+        watching = threading.Thread(target=watcher, daemon=True)
+        watching.start()
     try:
         returncode = child.wait()
     finally:
@@ -160,8 +172,11 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
             signal.signal(sig, handler)
         for timer in killer:
             timer.cancel()
+    if watching is not None and returncode != 0:
+        watching.join(timeout=WATCH_JOIN_S)   # a failure right after a peer closed: let the watch name it
     pump.join(timeout=10)
-    return RunResult(returncode, tuple(tail), received[0] if received else None, lost[0] if lost else None)
+    return RunResult(returncode, tuple(tail), received[0] if received else None,
+                     lost[0] if lost and returncode != 0 else None)
 
 
 def _kill_after_grace(pid: int) -> None:

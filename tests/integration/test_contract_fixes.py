@@ -3,6 +3,7 @@ config file (item 6): SM_* agree with our master and host order, PYTHONPATH is p
 error leads the failure, malformed config files are named."""
 
 import json
+import shutil
 
 import pytest
 
@@ -54,6 +55,52 @@ def test_a_failing_requirements_txt_reports_pips_own_error_first(make_job, sourc
     assert first.startswith("ERROR: ") and "dtc-no-such-package-anywhere==1.0" in first, result.failure
     assert "requirements.txt" in result.failure
     assert not (root / "output" / "data" / "argv-single.json").exists()   # the program never ran
+
+
+def test_a_requirement_against_a_pinned_package_names_the_pin_first(make_job, source_dir, tmp_path):
+    """PIP_CONSTRAINT (the image sets /etc/pip/constraint.txt) pins numpy; a requirements.txt that
+    asks for another numpy fails before the program runs, with the package, both versions and the
+    ways out on the first line; one that merely names numpy installs nothing and runs."""
+    import numpy
+
+    constraint = tmp_path / "constraint.txt"
+    constraint.write_text(f"numpy=={numpy.__version__}\n")
+    copy_programs(source_dir, "echo_argv.py")
+    (source_dir / "requirements.txt").write_text("numpy<2\n")
+    env = {"PIP_NO_INDEX": "1", "PIP_CONSTRAINT": str(constraint)}
+    root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir)})
+    result = run_train(root, env=env, timeout_s=120)
+    assert result.returncode == 2, result.output
+    assert result.failure.splitlines()[0] == (
+        f"requirements.txt asks for numpy<2, but this image pins numpy=={numpy.__version__} ({constraint}): use "
+        "the image's version, build a derived image with the one you need, or set PIP_CONSTRAINT='' in the job's "
+        "environment to lift the image's pins at your own risk (docs/versions.md, Protected pins)"), result.failure
+    assert not (root / "output" / "data" / "argv-single.json").exists()
+
+    shutil.rmtree(root)   # PIP_CONSTRAINT='' lifts the pin: pip looks for numpy<2 (no index here: none found)
+    root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir)})
+    result = run_train(root, env={**env, "PIP_CONSTRAINT": ""}, timeout_s=120)
+    assert result.returncode == 2, result.output
+    assert result.failure.splitlines()[0] == "ERROR: No matching distribution found for numpy<2", result.failure
+
+    (source_dir / "requirements.txt").write_text("numpy\n")
+    shutil.rmtree(root)
+    root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir)})
+    result = run_train(root, env=env, timeout_s=120)
+    assert result.returncode == 0, result.output
+    assert (root / "output" / "data" / "argv-single.json").exists()
+
+
+def test_a_module_the_image_lacks_is_named_with_where_to_add_it(make_job, source_dir):
+    source_dir.mkdir()
+    (source_dir / "train.py").write_text("import dtc_no_such_module.layers\n")
+    root = make_job({"sagemaker_program": "train.py", "sagemaker_submit_directory": str(source_dir)})
+    result = run_train(root, timeout_s=120)
+    assert result.returncode == 1, result.output
+    first, second = result.failure.splitlines()[:2]
+    assert first == "ModuleNotFoundError: No module named 'dtc_no_such_module'", result.failure
+    assert second.startswith("this image has no module 'dtc_no_such_module': add the package that provides it to "
+                             "requirements.txt"), result.failure
 
 
 @pytest.mark.parametrize("name, text, words", [

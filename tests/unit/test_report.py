@@ -114,3 +114,24 @@ def test_a_built_in_trainers_argument_error_names_its_hyperparameters():
     lines = report.describe_failure("builtin:tensorflow", 2, stderr).splitlines()
     assert lines[0] == "tensorflow_horovod.py: error: argument --epochs: invalid int value: 'abc'"
     assert "builtin:tensorflow" in lines[1] and "Read by the built-in trainers" in lines[1]
+
+
+def test_a_missing_module_names_it_and_says_where_to_add_it():
+    stderr = ["[1,0]<stderr>:Traceback (most recent call last):",
+              '[1,0]<stderr>:  File "train.py", line 1, in <module>',
+              "[1,0]<stderr>:ModuleNotFoundError: No module named 'timm.models'"]
+    lines = report.describe_failure("train.py", 1, stderr).splitlines()
+    assert lines[0] == "ModuleNotFoundError: No module named 'timm.models'"
+    assert lines[1].startswith("this image has no module 'timm': add the package that provides it to requirements.txt")
+    assert report.missing_module_hint("ImportError: cannot import name 'x' from 'y'") is None
+
+
+def test_a_missing_module_the_image_pins_as_a_cpu_build_says_where_that_build_comes_from(tmp_path):
+    constraint = tmp_path / "constraint.txt"
+    constraint.write_text("# pins\ntorch==2.13.0+cpu\ntorchvision==0.28.0+cpu\n")
+    assert report.missing_module_hint("ModuleNotFoundError: No module named 'torchvision'", str(constraint)) == (
+        f"this image has no torchvision, and pins its PyTorch CPU build torchvision==0.28.0+cpu ({constraint}): add "
+        "'--extra-index-url https://download.pytorch.org/whl/cpu' and 'torchvision==0.28.0+cpu' to requirements.txt, "
+        "or use the GPU flavor (docs/versions.md, Companion libraries)")
+    assert report.missing_module_hint("ModuleNotFoundError: No module named 'timm'", str(constraint)).startswith(
+        "this image has no module 'timm'")
