@@ -8,9 +8,11 @@
 # each as a build argument, and a build argument given here overrides the file
 # (docker/resolve-pins.sh writes the pins the image was built with to /opt/dtc/src/versions.env).
 # Builder stage: builds the environment with the docker/ scripts the host setup runs too (Horovod,
-# mpi4py, the DALI TF plugin and sagemaker-training's extension compiled), then keeps only its lock
-# and the compiled wheels. Runtime stage: no compilers; it installs the lock (the same environment)
-# and this project's own code last, so a code change rebuilds in seconds. Build secrets/caches (pip CA, pip and Horovod caches) are mounts, never layers.
+# mpi4py, the DALI TF plugin and sagemaker-training's extension compiled) and DeepSpeed with its CPU
+# op (the image only), then keeps only its lock and the compiled wheels. Runtime stage: no
+# compilers; it installs the lock (the same environment) and this project's own code last, so a
+# code change rebuilds in seconds. Build secrets and caches (pip CA, pip, Horovod and DeepSpeed
+# wheels) are mounts, never layers.
 
 ARG FLAVOR=cpu
 ARG BASE_IMAGE=debian:bookworm-slim
@@ -60,6 +62,19 @@ ARG CUDA_RUNTIME_CU12_VERSION
 ARG CUDA_NVCC_CU12_VERSION
 ARG SCIKIT_LEARN_VERSION
 ARG PILLOW_VERSION
+ARG TORCHVISION_VERSION
+ARG TORCHVISION_GPU_VERSION
+ARG TORCHAUDIO_GPU_VERSION
+ARG SCIPY_VERSION
+ARG PANDAS_VERSION
+ARG H5PY_VERSION
+ARG OPENCV_PYTHON_HEADLESS_VERSION
+ARG BOTO3_VERSION
+ARG FILELOCK_VERSION
+ARG TQDM_VERSION
+ARG MLFLOW_VERSION
+ARG SAGEMAKER_MLFLOW_VERSION
+ARG DEEPSPEED_VERSION
 ARG TENSORBOARD_VERSION
 ARG PYTEST_VERSION
 ARG PYTEST_XDIST_VERSION
@@ -112,10 +127,13 @@ RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip --m
  && . ./versions.env && "python${PYTHON_VERSION}" -m venv "${VENV}" \
  && ./docker/install-python-packages.sh && ./docker/install-mpi4py.sh \
  && HOROVOD_WHEEL_SEED=/ctx/build/wheels/horovod ./docker/build-horovod.sh \
- && ./docker/install-dali.sh && "${PYTHON}" -m pip check \
+ && ./docker/install-dali.sh && ./docker/install-deepspeed.sh && "${PYTHON}" -m pip check \
  && torch_index="$(. ./docker/lib.sh && torch_index_url)" \
  && "${PYTHON}" docker/lock-environment.py /opt/dtc/wheels --extra-index-url "${torch_index}" \
-      --search /root/.cache/pip/wheels --search /root/.cache/dtc/horovod-wheels --search /ctx/build/wheels \
+      --search /root/.cache/pip/wheels --search /root/.cache/dtc/horovod-wheels --search /root/.cache/dtc/deepspeed-wheels \
+      --search /ctx/build/wheels \
+      --constrain "$(if [ "${FLAVOR}" = cpu ]; then echo "torchvision==${TORCHVISION_VERSION}+cpu"; \
+                     else echo "torchvision==${TORCHVISION_GPU_VERSION}"; fi)" \
  && rm -rf "${VENV}"
 
 # ------------------------------------------------------------------------------------ runtime
@@ -144,6 +162,10 @@ COPY --from=builder /opt/dtc/wheels/requirements.lock /opt/dtc/requirements.lock
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,from=builder,source=/opt/dtc/wheels,target=/opt/dtc/wheels \
     ./docker/install-locked-environment.sh /opt/dtc/wheels
+# Every later pip run in the container (requirements.txt, a script's pip, a derived image's RUN) keeps
+# the frameworks and what is built against them (docker/lock-environment.py, PROTECTED).
+COPY --from=builder /opt/dtc/wheels/constraint.txt /etc/pip/constraint.txt
+ENV PIP_CONSTRAINT=/etc/pip/constraint.txt
 # This project's own code: the last layers, so changing it rebuilds only these.
 COPY pyproject.toml README.md ./
 COPY entrypoint/ ./entrypoint/

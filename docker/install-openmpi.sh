@@ -9,7 +9,8 @@
 # OPENMPI_DEV=0 installs only what runs jobs (no headers, no mpicc, hence no compiler).
 # The wrapper at $BIN_DIR/mpirun adds --allow-run-as-root (containers run as root, as in AWS's
 # DLC images) and defaults binding/mapping to none/slot (the DLC's openmpi-mca-params.conf);
-# a caller's own OMPI_MCA_* values win.
+# a caller's own OMPI_MCA_* values win. It replaces a network interface named on its command line
+# that the container lacks (SDK v3's MPI driver: ethwe) with one it has, with a warning.
 #
 # Env: BIN_DIR (default /usr/local/bin), OPENMPI_DEV (1), SKIP_APT=1 to only (re)write the wrapper.
 # shellcheck source=lib.sh
@@ -26,14 +27,49 @@ fi
 real_mpirun="$(readlink -f /usr/bin/mpirun)"
 [ -x "$real_mpirun" ] || die "no OpenMPI mpirun at /usr/bin/mpirun"
 mkdir -p "$BIN_DIR"
-cat > "$BIN_DIR/mpirun" <<WRAPPER
+cat > "$BIN_DIR/mpirun" <<'WRAPPER'
 #!/bin/sh
-# mpirun wrapper written by docker/install-openmpi.sh: runs as root, binding none, mapping by slot.
-: "\${OMPI_MCA_hwloc_base_binding_policy:=none}"
-: "\${OMPI_MCA_rmaps_base_mapping_policy:=slot}"
+# mpirun wrapper written by docker/install-openmpi.sh: runs as root, binding none, mapping by slot,
+# and replaces a network interface that this container does not have, named in
+# `-mca btl_tcp_if_include|oob_tcp_if_include NAME` or `-x NCCL_SOCKET_IFNAME=NAME` (SageMaker SDK
+# v3's MPI driver names `ethwe`, which only SageMaker's own hosts have), with one it has: eth0,
+# else the first interface that is up (what train's launchers do: dtc_entrypoint.fabric).
+: "${OMPI_MCA_hwloc_base_binding_policy:=none}"
+: "${OMPI_MCA_rmaps_base_mapping_policy:=slot}"
 export OMPI_MCA_hwloc_base_binding_policy OMPI_MCA_rmaps_base_mapping_policy
-exec $real_mpirun --allow-run-as-root "\$@"
+
+# NAME[,NAME...] when one of them exists here (or the value is not a list of plain names:
+# subnets, NCCL's ^ and = forms), else the fallback interface.
+existing_interface() {
+  case "$1" in *[!A-Za-z0-9_.,-]*|"") printf '%s' "$1"; return ;; esac
+  for name in $(printf '%s' "$1" | tr ',' ' '); do
+    if [ -e "/sys/class/net/$name" ]; then printf '%s' "$1"; return; fi
+  done
+  fallback=""
+  if [ -e /sys/class/net/eth0 ]; then fallback=eth0; else
+    for dir in /sys/class/net/*; do
+      name="${dir##*/}"
+      if [ "$name" != lo ] && [ "$(cat "$dir/operstate" 2>/dev/null)" = up ]; then fallback="$name"; break; fi
+    done
+  fi
+  if [ -z "$fallback" ]; then printf '%s' "$1"; return; fi
+  echo "mpirun: network interface '$1' does not exist in this container; using '$fallback' instead" >&2
+  printf '%s' "$fallback"
+}
+
+previous="" rewrite=""
+for arg do
+  shift
+  if [ -n "$rewrite" ]; then arg="$(existing_interface "$arg")"; rewrite=""; fi
+  case "$previous:$arg" in
+    -mca:btl_tcp_if_include|-mca:oob_tcp_if_include|--mca:btl_tcp_if_include|--mca:oob_tcp_if_include) rewrite=1 ;;
+    -x:NCCL_SOCKET_IFNAME=*) arg="NCCL_SOCKET_IFNAME=$(existing_interface "${arg#*=}")" ;;
+  esac
+  previous="$arg"
+  set -- "$@" "$arg"
+done
 WRAPPER
+printf 'exec %s --allow-run-as-root "$@"\n' "$real_mpirun" >> "$BIN_DIR/mpirun"
 chmod 0755 "$BIN_DIR/mpirun"
 
 found="$(ompi_info --parsable | sed -n "s/^ompi:version:full://p")"

@@ -2,7 +2,9 @@
 # Installs the pinned Python stack into $PYTHON's environment: packaging tools, numpy, protobuf,
 # TensorFlow + tf-keras, PyTorch, sagemaker-training (compiles its gethostname C extension),
 # scikit-learn (ships the digits data set), Pillow, TensorBoard and matplotlib (the trainers' event files
-# and report plots), and pytest (the image's own sanity suite).
+# and report plots), pytest (the image's own sanity suite), and the companion libraries users' scripts
+# import (torchvision, torchaudio on the GPU flavor, scipy, pandas, h5py, OpenCV, boto3, mlflow with
+# sagemaker-mlflow, ...: versions.env).
 #
 # CPU flavor: PyTorch's CPU build, `torch==$TORCH_VERSION+cpu`. TORCH_INDEX_URL names the index
 # that has it: `auto` (the image's default) is PyTorch's CPU index; leave it empty where pip's
@@ -28,20 +30,34 @@ log "packaging tools"
 pip_install "pip==$PIP_VERSION" "setuptools==$SETUPTOOLS_VERSION" "wheel==$WHEEL_VERSION"
 
 index_args=()
-if [ "$FLAVOR" = gpu ]; then
-  framework_reqs=("torch==$TORCH_GPU_VERSION" "tensorflow==$TENSORFLOW_VERSION"
-                  "nvidia-cuda-nvcc-cu$CUDA_MAJOR==$TF_NVCC_CU12_VERSION")
-else
-  framework_reqs=("torch==$TORCH_VERSION+cpu" "tensorflow==$TENSORFLOW_VERSION")
-fi
 torch_index="$(torch_index_url)"
 [ -n "$torch_index" ] && index_args=(--extra-index-url "$torch_index")
+if [ "$FLAVOR" = gpu ]; then
+  framework_reqs=("torch==$TORCH_GPU_VERSION" "tensorflow==$TENSORFLOW_VERSION"
+                  "nvidia-cuda-nvcc-cu$CUDA_MAJOR==$TF_NVCC_CU12_VERSION"
+                  "torchvision==$TORCHVISION_GPU_VERSION" "torchaudio==$TORCHAUDIO_GPU_VERSION")
+else
+  framework_reqs=("torch==$TORCH_VERSION+cpu" "tensorflow==$TENSORFLOW_VERSION")
+  if [ -n "$torch_index" ]; then
+    framework_reqs+=("torchvision==$TORCHVISION_VERSION+cpu")
+  else
+    log "torchvision: not installed: PyTorch's +cpu build of torchvision comes from its CPU index, and this" \
+        "build takes torch from a wheel on disk (TORCH_INDEX_URL is empty; PyPI's torchvision is a CUDA build" \
+        "that fails to import beside torch+cpu). docs/versions.md, Companion libraries"
+  fi
+fi
+# What users' own scripts import on the images they would otherwise use (versions.env, Companion libraries).
+companion_reqs=("scipy==$SCIPY_VERSION" "pandas==$PANDAS_VERSION" "h5py==$H5PY_VERSION"
+                "opencv-python-headless==$OPENCV_PYTHON_HEADLESS_VERSION" "boto3==$BOTO3_VERSION"
+                "filelock==$FILELOCK_VERSION" "tqdm==$TQDM_VERSION" "pyyaml==$PYYAML_VERSION"
+                "mlflow==$MLFLOW_VERSION" "sagemaker-mlflow==$SAGEMAKER_MLFLOW_VERSION")
 
 log "frameworks ($FLAVOR): ${framework_reqs[*]}"
 pip_install "${index_args[@]}" \
   "numpy==$NUMPY_VERSION" "protobuf==$PROTOBUF_VERSION" "${framework_reqs[@]}" "tf-keras==$TF_KERAS_VERSION" \
   "sagemaker-training==$SAGEMAKER_TRAINING_VERSION" \
   "scikit-learn==$SCIKIT_LEARN_VERSION" "pillow==$PILLOW_VERSION" "tensorboard==$TENSORBOARD_VERSION" "matplotlib==$MATPLOTLIB_VERSION" "pytest==$PYTEST_VERSION" \
+  "${companion_reqs[@]}" \
   || die "framework install failed; for PyTorch's $FLAVOR build set TORCH_INDEX_URL (see docs/versions.md)"
 
 if [ "$FLAVOR" = gpu ]; then

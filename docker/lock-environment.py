@@ -2,6 +2,7 @@
 
 Usage (the builder stage, with the environment's own interpreter):
     python lock-environment.py OUT_DIR [--extra-index-url URL] --search DIR [--search DIR ...]
+                               [--constrain REQUIREMENT ...]
 
 Writes OUT_DIR/requirements.lock: one line for every distribution installed in the running
 interpreter's environment, sorted, after pip options (``--only-binary=:all:``, and
@@ -17,6 +18,14 @@ against the image's Open MPI). Every other distribution is locked as ``name==ver
 stage without a compiler, and a change to a locally built wheel changes the lock (the runtime
 stage copies the lock, so its layer cache follows).
 
+Also writes OUT_DIR/constraint.txt, the image's pip constraint file (/etc/pip/constraint.txt,
+PIP_CONSTRAINT; NGC's PyTorch images have one at that path since 25.03): ``name==version`` for
+every installed distribution that is compiled against another one or that Horovod, DALI and
+mpi4py were built against (``PROTECTED``), so that no pip run in the container replaces them; and
+each ``--constrain`` requirement whose distribution is not installed (the CPU flavor's
+``torchvision==X+cpu`` where the build could not reach PyTorch's CPU index: PyPI's torchvision
+would install beside torch+cpu and fail to import).
+
 Raises SystemExit (exit 1) naming the distribution when two different wheels match one installed
 distribution, or when an installed distribution has no RECORD.
 
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fnmatch
 import hashlib
 import io
 import shutil
@@ -35,7 +45,15 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+# Distributions no pip run in the image may replace (fnmatch patterns of canonical names): the
+# frameworks, what is compiled against them (torchvision, torchaudio, triton, tf-keras), what was
+# built here against them or against the image's Open MPI (horovod, mpi4py, deepspeed, the DALI plugin), numpy
+# (the frameworks' C API), and the CUDA libraries the GPU flavor's builds load (nvidia-*, DALI too).
+PROTECTED = ("torch", "torchvision", "torchaudio", "triton", "tensorflow", "tf-keras", "horovod", "mpi4py",
+             "deepspeed", "numpy", "nvidia-*")
 
 
 def _record_hashes(lines: list[str]) -> dict[str, str]:
@@ -73,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--search", type=Path, action="append", default=[])
     parser.add_argument("--extra-index-url", default="")
+    parser.add_argument("--constrain", action="append", default=[], type=Requirement,
+                        help="a requirement for constraint.txt when its distribution is not installed")
     args = parser.parse_args(argv)
 
     candidates: dict[tuple[str, str], list[Path]] = {}
@@ -85,9 +105,11 @@ def main(argv: list[str] | None = None) -> int:
             candidates.setdefault((name, str(version)), []).append(path)
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    pins, local = [], []
+    pins, local, constraints = [], [], []
     for dist in sorted(metadata.distributions(), key=lambda d: canonicalize_name(d.metadata["Name"])):
         name, version = canonicalize_name(dist.metadata["Name"]), dist.version
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in PROTECTED):
+            constraints.append(f"{name}=={version}")
         wanted = None
         for path in candidates.get((name, version), []):
             record, installed = _wheel_record(path), _installed(dist)
@@ -110,7 +132,14 @@ def main(argv: list[str] | None = None) -> int:
             "# the runtime stage installs it with pip install --no-deps -r (docker/install-locked-environment.sh).",
             "# Wheels built or handed in locally, in the same directory:", *local, *options, *pins]
     (args.out_dir / "requirements.lock").write_text("\n".join(lock) + "\n")
-    print(f"lock-environment: {len(pins)} distributions, {len(local)} from local wheels", file=sys.stderr)
+    installed = {line.split("==")[0] for line in constraints}
+    constraints += [str(req) for req in args.constrain if canonicalize_name(req.name) not in installed]
+    header = ["# The image's pip constraint file (PIP_CONSTRAINT): builds compiled against each other, which no",
+              "# pip run may replace. docker/lock-environment.py wrote it; docs/versions.md, Protected pins, says",
+              "# how to use another version (a derived image) or lift it (PIP_CONSTRAINT='', at your own risk)."]
+    (args.out_dir / "constraint.txt").write_text("\n".join(header + sorted(constraints)) + "\n")
+    print(f"lock-environment: {len(pins)} distributions, {len(local)} from local wheels, "
+          f"{len(constraints)} constrained", file=sys.stderr)
     return 0
 
 

@@ -6,8 +6,8 @@ SDK v2: ``Estimator``/``PyTorch`` with ``instance_type="local"`` and ``image_uri
 itself writes the /opt/ml trees and its compose file and starts the containers with
 docker-compose through podman's Docker-compatible API; nothing of the SDK is imitated.
 Telemetry is off in the SDK's own config (``TelemetryOptOut``), so nothing tries to leave the
-machine. docs/sdk.md gives users the same steps, and the one SDK v3 local-mode limitation
-(its ``MPI()`` driver's ``ethwe`` interface).
+machine. docs/sdk.md gives users the same steps, and what the image does about SDK v3 local
+mode's ``ethwe`` interface (its ``mpirun`` falls back to one that exists).
 """
 
 import fcntl
@@ -138,15 +138,19 @@ def test_sdk_v2_local_mode_runs_a_users_script_with_the_pytorch_estimator(docker
     assert described["world_size"] == 2 and described["val_accuracy"] >= 0.90
 
 
-@pytest.mark.parametrize("driver, instance_count", [("none", 2), ("torchrun", 1), ("torchrun", 2)])
+@pytest.mark.parametrize("driver, instance_count", [("none", 2), ("torchrun", 1), ("torchrun", 2), ("mpi", 2)])
 def test_sdk_v3_local_container_mode_trains_in_the_image(driver, instance_count, docker_api, digits_channels,
                                                          tmp_path):
     """No source_code: the SDK starts the image with no command, which runs `train` (the
     built-in trainer named in the hyperparameters, under our MPI launcher). Torchrun(): the SDK's
-    own driver, mounted from its package, runs the user's train.py (DDP) in the image."""
+    own driver, mounted from its package, runs the user's train.py (DDP) in the image. MPI(): the
+    SDK's driver runs its own `mpirun -mca btl_tcp_if_include ethwe ...`; no local container has
+    ethwe, and the image's mpirun falls back to eth0 with a warning (docker/install-openmpi.sh).
+    The SDK passes `-np` = processes per host, so its MPI job has 2 ranks on two hosts."""
     source = tmp_path / "src"
     source.mkdir()
-    (source / "train.py").write_text("from dtc_train.pytorch_ddp import main\n\nraise SystemExit(main())\n")
+    trainer = "pytorch_horovod" if driver == "mpi" else "pytorch_ddp"
+    (source / "train.py").write_text(f"from dtc_train.{trainer} import main\n\nraise SystemExit(main())\n")
     done, result = run_sdk(tmp_path, docker_api, "--driver", driver, "--source-dir", str(source),
                            "--instance-count", str(instance_count), "--epochs", "8", "--data", str(digits_channels),
                            sdk=SDK_V3)
@@ -155,7 +159,9 @@ def test_sdk_v3_local_container_mode_trains_in_the_image(driver, instance_count,
     assert "Applied value from config key = SageMaker.PythonSDK.Modules.TelemetryOptOut" in log
     compose = (tmp_path / "work" / "docker-compose.yaml").read_text()
     assert ("entrypoint" in compose) == (driver != "none")       # no command: the image decides
-    world_size = 2 * instance_count
+    world_size = 2 if driver == "mpi" else 2 * instance_count
+    if driver == "mpi":
+        assert "mpirun: network interface 'ethwe' does not exist in this container; using 'eth0' instead" in log
     digests = {d for _, size, d in DIGEST.findall(log) if int(size) == world_size}
     assert len(digests) == 1, log[-4000:]                          # every rank ends with the same weights
     model = members(tmp_path / "work" / "compressed_artifacts" / "model.tar.gz")

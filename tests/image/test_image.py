@@ -121,6 +121,34 @@ def test_requirements_txt_is_installed_before_the_program_runs(make_job, tmp_pat
     assert (root / "output" / "data" / "demo").read_text() == "42"
 
 
+def test_a_requirement_for_another_torch_fails_naming_the_images_pin(make_job, tmp_path):
+    """The image's /etc/pip/constraint.txt: requirements.txt asking for torch 2.5.0 fails before the
+    program runs, with the package, both versions and the ways out first (no index: the conflict
+    is found without one); naming torch alone installs nothing and the program runs."""
+    root = make_job({"sagemaker_program": "uses_torch.py"})
+    (root / "code" / "uses_torch.py").write_text(
+        "import os, torch\n"
+        "open(os.path.join(os.environ['SM_OUTPUT_DATA_DIR'], 'torch'), 'w').write(torch.__version__)\n")
+    (root / "code" / "requirements.txt").write_text("torch==2.5.0\n")
+    run = ["run", "--rm", "--network", "none", "-e", "PIP_NO_INDEX=1", "-v", f"{root}:/opt/ml", flavor_image("cpu"),
+           "train"]
+    done = container(*run)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    pinned = container("run", "--rm", flavor_image("cpu"), "python", "-c", "import torch; print(torch.__version__)",
+                       check=True).stdout.strip()
+    assert (root / "output" / "failure").read_text().splitlines()[0] == (
+        f"requirements.txt asks for torch==2.5.0, but this image pins torch=={pinned} (/etc/pip/constraint.txt): "
+        "use the image's version, build a derived image with the one you need, or set PIP_CONSTRAINT='' in the "
+        "job's environment to lift the image's pins at your own risk (docs/versions.md, Protected pins)")
+    assert not (root / "output" / "data" / "torch").exists()
+
+    (root / "code" / "requirements.txt").write_text("torch\nnumpy\n")
+    (root / "output" / "failure").unlink()
+    done = container(*run)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (root / "output" / "data" / "torch").read_text() == pinned
+
+
 def test_sigterm_to_the_container_reaches_the_training_processes(make_job):
     image = flavor_image("cpu")
     root = make_job({"sagemaker_program": "wait_for_sigterm.py", "sagemaker_mpi_enabled": True,

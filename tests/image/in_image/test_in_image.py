@@ -46,6 +46,116 @@ def test_versions_equal_the_pins(distribution, key):
     assert metadata.version(distribution) == pins()[key]
 
 
+COMPANIONS = [("scipy", "SCIPY_VERSION"), ("pandas", "PANDAS_VERSION"), ("h5py", "H5PY_VERSION"),
+              ("opencv-python-headless", "OPENCV_PYTHON_HEADLESS_VERSION"), ("boto3", "BOTO3_VERSION"),
+              ("filelock", "FILELOCK_VERSION"), ("tqdm", "TQDM_VERSION"), ("pyyaml", "PYYAML_VERSION"),
+              ("mlflow", "MLFLOW_VERSION"), ("sagemaker-mlflow", "SAGEMAKER_MLFLOW_VERSION"),
+              ("deepspeed", "DEEPSPEED_VERSION")]
+
+
+@pytest.mark.parametrize("distribution, key", COMPANIONS + ([("torchvision", "TORCHVISION_GPU_VERSION"),
+                                                            ("torchaudio", "TORCHAUDIO_GPU_VERSION")] if GPU else []))
+def test_companion_libraries_equal_the_pins(distribution, key):
+    assert metadata.version(distribution) == pins()[key]
+
+
+def test_the_cpu_flavors_torchvision_is_pytorchs_cpu_build_or_absent():
+    """PyPI's torchvision is a CUDA build that fails to import beside torch+cpu; the CPU flavor has
+    the +cpu build where its build reached PyTorch's CPU index, else none (docs/versions.md)."""
+    try:
+        version = metadata.version("torchvision")
+    except metadata.PackageNotFoundError:
+        version = None
+    if GPU:
+        assert version == pins()["TORCHVISION_GPU_VERSION"]
+    else:
+        assert version in (None, pins()["TORCHVISION_VERSION"] + "+cpu")
+
+
+def test_torchvision_and_torchaudio_run_on_the_images_torch():
+    """A torchvision model and its compiled op (nms), and a torchaudio transform, on the CPU."""
+    pytest.importorskip("torchvision")
+    code = ("import torch, torchvision; m = torchvision.models.resnet18(num_classes=3).eval(); "
+            "assert m(torch.zeros(1, 3, 64, 64)).shape == (1, 3); "
+            "boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]]); "
+            "assert torchvision.ops.nms(boxes, torch.tensor([0.9, 0.8, 0.7]), 0.5).tolist() == [0, 2]")
+    if GPU:
+        code += ("; import torchaudio; "
+                 "x = torchaudio.transforms.MelSpectrogram(16000, n_mels=40)(torch.ones(1, 16000)); "
+                 "assert x.shape[:2] == (1, 40)")
+    run("python", "-c", code)
+
+
+def test_deepspeeds_cpu_op_is_prebuilt_for_this_torch_and_loads_without_a_compiler():
+    """DeepSpeed loads deepspeed_shm_comm on every CPU init_distributed; the runtime image has no
+    compiler, so it must be the one docker/install-deepspeed.sh built, for this torch."""
+    code = ("from deepspeed.git_version_info import installed_ops, torch_info; import torch; "
+            "assert installed_ops['deepspeed_shm_comm'], installed_ops; "
+            "assert torch_info['version'] == '.'.join(torch.__version__.split('.')[:2]), torch_info; "
+            "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()")
+    run("python", "-c", code, env={**os.environ, "DS_ACCELERATOR": "cpu"})
+
+
+def test_data_libraries_round_trip(tmp_path):
+    """pandas, h5py, OpenCV and scipy on real data: written, read back, equal."""
+    code = f"""
+import cv2, h5py, numpy as np, pandas as pd, scipy.ndimage
+frame = pd.DataFrame({{"x": [1, 2, 3]}}); frame.to_csv("{tmp_path}/f.csv", index=False)
+assert pd.read_csv("{tmp_path}/f.csv")["x"].sum() == 6
+with h5py.File("{tmp_path}/d.h5", "w") as f: f["a"] = np.arange(6)
+with h5py.File("{tmp_path}/d.h5") as f: assert f["a"][:].sum() == 15
+image = np.zeros((8, 8, 3), np.uint8); image[2:6, 2:6] = 255
+assert cv2.imwrite("{tmp_path}/i.png", image) and (cv2.imread("{tmp_path}/i.png") == image).all()
+assert cv2.resize(image, (4, 4)).shape == (4, 4, 3)
+assert scipy.ndimage.label(image[..., 0] > 0)[1] == 1
+"""
+    run("python", "-c", code)
+
+
+def test_mlflow_logs_runs_and_resolves_sagemaker_tracking_server_arns(tmp_path):
+    """mlflow records a run in a local SQLite store and reads it back; a tracking URI that is a
+    SageMaker tracking server's ARN gets sagemaker-mlflow's store, pointed at SageMaker's MLflow
+    endpoint of the ARN's region (requests then need AWS credentials and the server: not made)."""
+    code = f"""
+import mlflow
+mlflow.set_tracking_uri("sqlite:///{tmp_path}/mlflow.db")
+with mlflow.start_run() as run:
+    mlflow.log_metric("val_accuracy", 0.97, step=3)
+assert mlflow.get_run(run.info.run_id).data.metrics == {{"val_accuracy": 0.97}}
+from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+store = _tracking_store_registry.get_store("arn:aws:sagemaker:us-west-2:123456789012:mlflow-tracking-server/dtc")
+assert type(store).__module__.startswith("sagemaker_mlflow"), type(store)
+assert store.get_host_creds().host == "https://us-west-2.experiments.sagemaker.aws", store.get_host_creds().host
+"""
+    run("python", "-c", code, env={**os.environ, "AWS_DEFAULT_REGION": "us-west-2"})
+
+
+def test_a_pip_constraint_file_protects_the_compiled_builds():
+    """/etc/pip/constraint.txt (PIP_CONSTRAINT) pins every build compiled against another at the
+    installed version; pip refuses another version, and a bare name installs nothing."""
+    assert os.environ["PIP_CONSTRAINT"] == "/etc/pip/constraint.txt"
+    pinned = {}
+    for line in Path("/etc/pip/constraint.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pinned[name] = version
+    installed = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version for d in metadata.distributions()}
+    for name in ("torch", "tensorflow", "tf-keras", "horovod", "mpi4py", "deepspeed", "numpy", "nvidia-dali-cuda120",
+                 "nvidia-dali-tf-plugin-cuda120") + (("torchvision", "torchaudio", "triton", "nvidia-nccl-cu12") if GPU
+                                                     else ()):
+        assert pinned.get(name) == installed[name], name
+    for name, version in pinned.items():
+        assert installed.get(name) == version or (name == "torchvision" and not GPU), (name, version)
+    env = {**os.environ, "PIP_NO_INDEX": "1"}
+    refused = subprocess.run(["python", "-m", "pip", "install", "numpy==1.26.4"], capture_output=True, text=True,
+                             env=env, timeout=120)
+    pinned_line = f"The user requested (constraint) numpy=={installed['numpy']}"
+    assert refused.returncode != 0 and pinned_line in refused.stdout + refused.stderr
+    named = subprocess.run(["python", "-m", "pip", "install", "torch", "horovod", "numpy"], capture_output=True,
+                           text=True, env=env, timeout=120)
+    assert named.returncode == 0 and "Successfully installed" not in named.stdout, named.stdout + named.stderr
+
+
 def test_torch_is_the_flavors_build():
     expected = pins()["TORCH_GPU_VERSION"] if GPU else pins()["TORCH_VERSION"] + "+cpu"
     assert metadata.version("torch") == expected
@@ -83,7 +193,7 @@ def test_the_environment_is_the_builder_stages_lock():
     installed = {f"{re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()}=={d.version}"
                  for d in metadata.distributions() if d.metadata["Name"] != "dtc"}
     assert len(lock) > 50 and installed == lock, (sorted(installed - lock), sorted(lock - installed))
-    assert {"horovod", "mpi4py", "sagemaker-training", "nvidia-dali-tf-plugin-cuda120"} <= local, local
+    assert {"horovod", "mpi4py", "deepspeed", "sagemaker-training", "nvidia-dali-tf-plugin-cuda120"} <= local, local
 
 
 def test_horovod_check_build():
@@ -96,7 +206,8 @@ def test_horovod_check_build():
 @pytest.mark.parametrize("module", [
     "tensorflow", "torch", "horovod.tensorflow", "horovod.tensorflow.keras", "horovod.torch", "mpi4py.MPI",
     "nvidia.dali", "nvidia.dali.plugin.tf", "nvidia.dali.plugin.pytorch", "sagemaker_training.environment",
-    "dtc_entrypoint.cli", "dtc_train.dali_data",
+    "dtc_entrypoint.cli", "dtc_train.dali_data", "pandas", "scipy", "sklearn", "h5py", "cv2", "boto3", "tqdm",
+    "yaml", "filelock", "mlflow", "sagemaker_mlflow", "deepspeed",
 ])
 def test_imports(module):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -153,8 +264,14 @@ def test_no_build_ca_or_pip_config_left():
 
 
 # ------------------------------------------------------------------- GPU flavor, no GPU needed
+# A CUDA library's file name, auditwheel's renamed copies (libcudart.e8e8b82a.so.12) included.
 CUDA_LIBRARY = re.compile(r"^lib(cudart|cublas|cublasLt|cudnn\w*|cufft\w*|curand|cusolver\w*|cusparse\w*|nccl|"
-                          r"nvrtc\w*|nvJitLink|nvjpeg\w*|cupti|nvperf_\w+|pcsamplingutil|nvToolsExt|nvvm)\.so(\.[\d.]+)?$")
+                          r"nvrtc\w*|nvJitLink|nvjpeg\w*|cupti|nvperf_\w+|pcsamplingutil|nvToolsExt|nvvm)"
+                          r"(\.[0-9a-f]{8})?\.so(\.[\d.]+)?$")
+# PyPI's torchvision bundles its own libcudart and libnvjpeg (auditwheel-renamed and patched, so
+# not byte-identical to the nvidia-* wheels' and not replaceable by links): the one exception
+# (docs/versions.md, The GPU flavor).
+BUNDLED_COPIES = "/torchvision.libs/"
 
 
 def _sha256(path: str) -> str:
@@ -175,9 +292,9 @@ def test_one_copy_of_every_cuda_library_and_exactly_one_libnccl():
         for directory, _, files in os.walk(root):
             for name in files:
                 path = os.path.join(directory, name)
-                if CUDA_LIBRARY.match(name) and not os.path.islink(path):
-                    stem, _, version = name.partition(".so")
-                    by_name.setdefault(f"{stem}.so{'.'.join(version.split('.')[:2])}", []).append(path)
+                if (match := CUDA_LIBRARY.match(name)) and not os.path.islink(path) and BUNDLED_COPIES not in path:
+                    version = (match.group(3) or "").split(".")[:2]
+                    by_name.setdefault(f"lib{match.group(1)}.so{'.'.join(version)}", []).append(path)
                     by_content.setdefault(_sha256(path), []).append(path)
     assert len(by_name.get("libnccl.so.2", [])) == 1, by_name.get("libnccl.so.2")
     assert len(by_name) >= 15, sorted(by_name)
