@@ -1,0 +1,136 @@
+"""DeepSpeed ZeRO (stages 1-3) under torchrun: sharded data-parallel training on SageMaker.
+
+Run with torchrun (SageMaker's `distribution={"torch_distributed": {"enabled": True}}`; the image
+starts one torchrun per host): DeepSpeed reads torchrun's environment, shards the optimizer
+state (stage 1), the gradients too (stage 2) and the parameters too (stage 3) across every rank,
+and communicates over Gloo on CPU or NCCL on GPU. DeepSpeed's own launcher is not needed.
+
+The optimizer is DeepSpeed's Adam with `torch_adam` (torch's implementation): DeepSpeed's fused
+CPU Adam would be compiled at run time, and the image has no compiler. The one op DeepSpeed
+compiles for every CPU job (its shared-memory collectives) is prebuilt in the image.
+
+What it reads (SageMaker's training environment):
+  SM_CHANNEL_TRAINING, SM_CHANNEL_VALIDATION  image folders: <channel>/<class>/<image>.png
+  SM_MODEL_DIR                               rank 0 writes the gathered model, model.pt
+  /opt/ml/checkpoints                        DeepSpeed checkpoints (every rank writes its shards):
+                                             a restarted job resumes from the latest
+  RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR  set by torchrun
+Hyperparameters arrive as `--name value` arguments.
+"""
+
+import argparse
+import hashlib
+import os
+
+import deepspeed
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from PIL import Image
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+CHECKPOINT_DIR = "/opt/ml/checkpoints"
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--zero-stage", type=int, choices=(1, 2, 3), default=2)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
+    parser.add_argument("--lr", type=float, default=0.002)
+    parser.add_argument("--image-size", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--train", default=os.environ.get("SM_CHANNEL_TRAINING"))
+    parser.add_argument("--validation", default=os.environ.get("SM_CHANNEL_VALIDATION"))
+    parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
+    parser.add_argument("--checkpoint-dir", default=CHECKPOINT_DIR)
+    return parser.parse_args()
+
+
+def load_image_folder(root, image_size, classes=None):
+    """All images under root/<class>/ as (N, 1, S, S) float32 in [0, 1] and (N,) int64 labels."""
+    classes = classes or sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    images, labels = [], []
+    for label, name in enumerate(classes):
+        for file in sorted(os.listdir(os.path.join(root, name))):
+            with Image.open(os.path.join(root, name, file)) as image:
+                pixels = image.convert("L").resize((image_size, image_size), Image.BILINEAR)
+            images.append(np.asarray(pixels, dtype=np.float32) / 255.0)
+            labels.append(label)
+    return torch.from_numpy(np.stack(images)[:, None]), torch.tensor(labels), classes
+
+
+class Net(torch.nn.Module):
+    def __init__(self, classes, image_size):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(16, 32, 3, padding=1)
+        self.fc = torch.nn.Linear(32 * (image_size // 4) ** 2, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc(x.flatten(1))
+
+
+def main():
+    args = parse_args()
+    cuda = torch.cuda.is_available()
+    deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(args.seed)
+
+    x_train, y_train, classes = load_image_folder(args.train, args.image_size)
+    x_val, y_val, _ = load_image_folder(args.validation, args.image_size, classes)
+    sampler = DistributedSampler(TensorDataset(x_train, y_train), seed=args.seed, drop_last=True)
+    loader = DataLoader(TensorDataset(x_train, y_train), batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    x_val, y_val = x_val[rank::world_size], y_val[rank::world_size]
+
+    config = {
+        "train_micro_batch_size_per_gpu": args.batch_size,
+        "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "Adam", "params": {"lr": args.lr, "torch_adam": True}},
+        "zero_optimization": {"stage": args.zero_stage},
+        "steps_per_print": 1_000_000,
+    }
+    model = Net(len(classes), args.image_size)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+
+    first_epoch = 1
+    if os.path.exists(os.path.join(args.checkpoint_dir, "latest")):   # every rank loads its own shards
+        _, state = engine.load_checkpoint(args.checkpoint_dir)
+        first_epoch = state["epoch"] + 1
+        if rank == 0:
+            print(f"resuming from {args.checkpoint_dir}: epoch {state['epoch']} done", flush=True)
+
+    for epoch in range(first_epoch, args.epochs + 1):
+        engine.train()
+        sampler.set_epoch(epoch)
+        for images, labels in loader:
+            loss = F.cross_entropy(engine(images.to(engine.device)), labels.to(engine.device))
+            engine.backward(loss)
+            engine.step()
+        engine.eval()
+        with torch.no_grad():
+            correct = (engine(x_val.to(engine.device)).argmax(1).cpu() == y_val).sum().item()
+        totals = torch.tensor([correct, len(y_val)], dtype=torch.float64, device=engine.device)
+        dist.all_reduce(totals)
+        if rank == 0:
+            print(f"epoch={epoch}/{args.epochs} zero_stage={args.zero_stage} loss={loss.item():.4f} "
+                  f"val_accuracy={(totals[0] / totals[1]):.4f}", flush=True)
+        engine.save_checkpoint(args.checkpoint_dir, tag=f"epoch-{epoch}", client_state={"epoch": epoch})
+
+    # ZeRO-3 keeps a shard of every parameter on each rank: gather them to save the whole model
+    with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
+        weights = b"".join(p.detach().cpu().numpy().tobytes() for p in engine.module.parameters())
+        if rank == 0:
+            os.makedirs(args.model_dir, exist_ok=True)
+            torch.save({"model": engine.module.state_dict(), "classes": classes, "image_size": args.image_size},
+                       os.path.join(args.model_dir, "model.pt"))
+    print(f"rank={rank} world_size={world_size} weights_sha256={hashlib.sha256(weights).hexdigest()}", flush=True)
+    dist.barrier()   # every rank waits until rank 0 has saved: some launchers stop all hosts when one exits
+
+
+if __name__ == "__main__":
+    main()
