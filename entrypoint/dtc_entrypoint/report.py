@@ -201,6 +201,8 @@ def usage_error(lines: Sequence[str], program: str = "") -> tuple[str, str] | No
     return found.group(0), hint
 
 
+# Where PyTorch's +cpu builds (torch, torchvision) come from: the CPU flavor pins them (docs/versions.md).
+PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 _MISSING_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^'.]+)[^']*'")
 
 
@@ -224,7 +226,7 @@ def missing_module_hint(exception: str, constraint_file: str | None = None) -> s
     pinned = pins.get(module.replace("_", "-").lower(), "")
     if pinned.endswith("+cpu"):
         return (f"this image has no {module}, and pins its PyTorch CPU build {module}=={pinned} ({path}): add "
-                f"'--extra-index-url https://download.pytorch.org/whl/cpu' and '{module}=={pinned}' to "
+                f"'--extra-index-url {PYTORCH_CPU_INDEX}' and '{module}=={pinned}' to "
                 "requirements.txt, or use the GPU flavor (docs/versions.md, Companion libraries)")
     return (f"this image has no module {module!r}: add the package that provides it to requirements.txt "
             "in the source directory (installed before the script starts), or build a derived image with it "
