@@ -11,7 +11,9 @@ its own grace), and then exits 0, so that one rank finishing its save first does
 ranks still saving. Without a stop it exits with the program's code (``128 + N`` for signal N),
 and mpirun's failure handling is unchanged; a rank that dies of a signal is named first, on
 stderr (``rank 3 on host algo-2 was killed by SIGKILL``): mpirun itself names neither the host
-nor the signal, and ``report.describe_failure`` makes that line the failure's first. A rank that
+nor the signal, and ``report.describe_failure`` makes that line the failure's first; a rank whose
+program exits non-zero is named the same way (``rank 1 on host algo-2 exited with code 3``), and
+that line comes first when the program printed no exception. A rank that
 ends (finished, failed or killed by a signal; not stopped) also leaves a note for its own host
 (``record_outcome``), so that a worker host, whose ranks' output goes to the master, can name a
 failed rank in its own failure file and exit non-zero too, and can tell ranks that finished from
@@ -133,7 +135,9 @@ def run(argv: list[str]) -> int:
             sys.stderr.write(f"[dtc] {text} (exit code {exit_code})\n")
             sys.stderr.flush()
         else:
-            text = f"rank {rank} on host {host} exited with code {code}"
+            text = report.rank_exit(rank, host, code)
+            sys.stderr.write(f"[dtc] {text}\n")
+            sys.stderr.flush()
     if os.path.isfile(host_identity.host_env_file()):   # a job of several hosts (cli writes it)
         record_outcome(rank, text, exit_code)
     return exit_code

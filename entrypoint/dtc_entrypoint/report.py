@@ -48,6 +48,52 @@ def rank_death(rank: str | int, host: str, name: str) -> str:
     return f"rank {rank} on host {host} was killed by {name}" + (f" ({OOM_HINT})" if name == "SIGKILL" else "")
 
 
+def rank_exit(rank: str | int, host: str, exit_code: int) -> str:
+    """``rank 1 on host algo-2 exited with code 3``: what rank_shim prints (MPI) for a rank whose
+    program exited non-zero, and what ``failed_rank`` reads back."""
+    return f"rank {rank} on host {host} exited with code {exit_code}"
+
+
+_FAILED_RANK = re.compile(r"rank (\d+) on host (\S+) exited with code (\d+)")
+
+
+def failed_rank(lines: Sequence[str]) -> tuple[str, str, str] | None:
+    """``(rank, host, sentence)`` for the first rank that exited non-zero, from rank_shim's line
+    (MPI) or torchrun's "Root Cause" block (a positive ``exitcode``); ``None`` when neither is there."""
+    text = "\n".join(lines)
+    match = _FAILED_RANK.search(text)
+    if match:
+        rank, host = match.group(1), match.group(2)
+        return rank, host, rank_exit(rank, host, int(match.group(3)))
+    match = _TORCHRUN_ROOT_CAUSE.search(text[text.rfind("Root Cause"):] if "Root Cause" in text else "")
+    if match and int(match.group(3)) > 0:
+        host, rank = match.group(1), match.group(2)
+        return rank, host, rank_exit(rank, host, int(match.group(3)))
+    return None
+
+
+# mpirun (OpenMPI's orterun) refusing its command line: an option it does not know, or a token it
+# took for the program to run (it runs the first one it does not know; a misspelled option, or one
+# whose value is missing, shifts the rest).
+_MPIRUN_ERROR = re.compile(r"^(?:\S*/)?(?:orterun|mpirun): Error: (.+)$")
+_MPIRUN_NO_EXECUTABLE = re.compile(r"was unable to find the specified executable file.*?Executable:\s*(\S+)", re.S)
+MPI_OPTIONS_KEY = "sagemaker_mpi_custom_mpi_options"
+
+
+def mpirun_error(lines: Sequence[str]) -> str | None:
+    """The first line for a job whose mpirun refused its own command line, before any rank ran:
+    mpirun's message and the hyperparameter its options come from (``MPI_OPTIONS_KEY``; the
+    image's own options are tested), else ``None``."""
+    for line in lines:
+        if match := _MPIRUN_ERROR.match(line.strip()):
+            return f"mpirun rejected its options: {match.group(1)}: fix {MPI_OPTIONS_KEY} in the job's hyperparameters"
+    if match := _MPIRUN_NO_EXECUTABLE.search("\n".join(lines)):
+        return (f"mpirun took {match.group(1)!r} for the program to run: an option in {MPI_OPTIONS_KEY} is "
+                "misspelled or lacks its value (mpirun runs the first word it does not know); fix it in the "
+                "job's hyperparameters")
+    return None
+
+
 # A peer gone mid-collective: Gloo (torch.distributed on CPU) and TensorFlow's coordination
 # service (MultiWorkerMirrored), which name an address or a task, not a host.
 _GLOO_LOST_PEER = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+: Connection (?:reset|closed) by peer"
@@ -240,12 +286,14 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
 
     First line: a rank that died of a signal (``rank 3 on host algo-2 was killed by SIGKILL``,
     with the out-of-memory hint for SIGKILL: the others' errors follow from it) or a host that
-    was lost (``peer_lost``, or what ``lost_peer`` finds with ``peers``), else the
-    exception the program raised (from the first rank that printed one; ``missing_module_hint`` as
-    the second line for a ``ModuleNotFoundError``), else argparse's error
-    line with ``usage_error``'s hint as the second line, else ``<program> exited with code N``
-    (``was killed by SIGNAME`` for 128 + N) / ``was stopped by SIGTERM``. Then where it came from
-    and the end of stderr, so the first 1024 characters explain the failure.
+    was lost (``peer_lost``, or what ``lost_peer`` finds with ``peers``), else mpirun refusing
+    its options (``mpirun_error``), else the exception the program raised (from the first rank
+    that printed one; ``missing_module_hint`` as the second line for a ``ModuleNotFoundError``),
+    else argparse's error line with ``usage_error``'s hint as the second line, else the rank
+    that exited non-zero (``failed_rank``: ``rank 1 on host algo-2 exited with code 3``), else
+    ``<program> exited with code N`` (``was killed by SIGNAME`` for 128 + N) / ``was stopped by
+    SIGTERM``. Then where it came from (rank and host) and the end of stderr, so the first 1024
+    characters explain the failure.
     """
     culprit, where, hint = None, "", None
     streams = untag(stderr_tail)
@@ -261,12 +309,20 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
                 break
     untagged = [_TAG.sub("", line) for line in stderr_tail]
     died = peer_lost or dead_rank(untagged) or lost_peer(untagged, peers or {})
+    rejected = mpirun_error(untagged)
+    failed = failed_rank(untagged)
+    if failed and where == f"rank {failed[0]}":
+        where += f" on host {failed[1]}"
     if signal_name:
         headline = f"{program} was stopped by {signal_name}"
     elif died:
         headline = died
+    elif rejected:
+        headline = rejected
     elif culprit:
         headline = culprit
+    elif failed:
+        headline = failed[2]
     elif 128 < exit_code < 128 + 65:
         name = signal_label(exit_code - 128)
         headline = f"{program} was killed by {name} (exit code {exit_code})" + (

@@ -66,6 +66,32 @@ def test_failing_rank_under_mpi_fails_the_job_with_its_exception(make_job, sourc
     assert "rank 1" in result.failure
 
 
+def test_a_rank_exiting_non_zero_under_mpi_is_named_with_its_host(make_job, source_dir):
+    copy_programs(source_dir, "raise_error.py")
+    root = make_job({"sagemaker_program": "raise_error.py", "sagemaker_submit_directory": str(source_dir),
+                     "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2,
+                     "mode": "exit-3-rank-1"})
+    result = run_train(root, timeout_s=60)
+    assert result.returncode == 3, result.output
+    assert result.failure.splitlines()[0] == "rank 1 on host algo-1 exited with code 3", result.failure
+
+
+@pytest.mark.parametrize("options, first", [
+    ("--bogus-option", 'mpirun rejected its options: unknown option "--bogus-option": fix '
+                       "sagemaker_mpi_custom_mpi_options in the job's hyperparameters"),
+    ("-x NCCL_DEBUG=INFO verbose", "mpirun took 'verbose' for the program to run: an option in "
+                                   "sagemaker_mpi_custom_mpi_options is misspelled or lacks its value"),
+], ids=["unknown-option", "word-taken-for-the-program"])
+def test_mpirun_rejecting_custom_options_is_reported_as_mpiruns_error(make_job, source_dir, options, first):
+    copy_programs(source_dir, "raise_error.py")
+    root = make_job({"sagemaker_program": "raise_error.py", "sagemaker_submit_directory": str(source_dir),
+                     "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2,
+                     "sagemaker_mpi_custom_mpi_options": options, "mode": "exit-3"})
+    result = run_train(root, timeout_s=60)
+    assert result.returncode != 0 and not result.succeeded
+    assert result.failure.splitlines()[0].startswith(first), result.failure
+
+
 def test_exit_code_of_the_script_is_passed_through(make_job, source_dir):
     copy_programs(source_dir, "raise_error.py")
     root = make_job({"sagemaker_program": "raise_error.py", "sagemaker_submit_directory": str(source_dir),

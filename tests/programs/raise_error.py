@@ -6,8 +6,8 @@ mode = sys.argv[sys.argv.index("--mode") + 1] if "--mode" in sys.argv else "rais
 rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
 if mode == "raise" or (mode == "raise-rank-1" and rank == 1):
     raise ValueError("learning rate must be positive; got -0.1 for $LR")
-if mode == "exit-3":
+if mode == "exit-3" or (mode == "exit-3-rank-1" and rank == 1):
     sys.exit(3)
-if mode == "raise-rank-1":
+if mode in ("raise-rank-1", "exit-3-rank-1"):
     import time
     time.sleep(30)   # rank 0 waits; mpirun must stop it when rank 1 fails

@@ -135,3 +135,41 @@ def test_a_missing_module_the_image_pins_as_a_cpu_build_says_where_that_build_co
         "or use the GPU flavor (docs/versions.md, Companion libraries)")
     assert report.missing_module_hint("ModuleNotFoundError: No module named 'timm'", str(constraint)).startswith(
         "this image has no module 'timm'")
+
+
+def test_a_rank_that_exits_non_zero_without_an_exception_is_named_with_its_host():
+    stderr = ["[1,0]<stderr>:epoch 1", "[1,1]<stderr>:[dtc] rank 1 on host algo-2 exited with code 3",
+              "--------------------------------------------------------------------------",
+              "Primary job  terminated normally, but 1 process returned a non-zero exit code."]
+    assert report.describe_failure("train.py", 3, stderr).splitlines()[0] == "rank 1 on host algo-2 exited with code 3"
+
+
+def test_an_exception_names_the_rank_and_host_it_was_raised_on():
+    stderr = [f"[1,3]<stderr>:{line}" for line in TRACEBACK] + [
+        "[1,3]<stderr>:[dtc] rank 3 on host algo-2 exited with code 1"]
+    lines = report.describe_failure("train.py", 1, stderr).splitlines()
+    assert lines[0] == "ValueError: learning rate must be positive"
+    assert lines[2] == ("Training program 'train.py' exited with code 1; the error above was raised on rank 3 on "
+                        "host algo-2.")
+
+
+def test_torchruns_root_cause_with_an_exit_code_names_rank_and_host():
+    stderr = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-24_08:00:00",
+              "  host      : algo-2", "  rank      : 1 (local_rank: 0)", "  exitcode  : 3 (pid: 42)"]
+    assert report.describe_failure("train.py", 1, stderr).splitlines()[0] == "rank 1 on host algo-2 exited with code 3"
+
+
+def test_mpirun_rejecting_an_option_is_mpiruns_error_naming_the_option_and_the_hyperparameter():
+    stderr = ['/usr/bin/orterun: Error: unknown option "--bogus"', "Type '/usr/bin/orterun --help' for usage."]
+    first = report.describe_failure("train.py", 1, stderr).splitlines()[0]
+    assert first == ('mpirun rejected its options: unknown option "--bogus": fix sagemaker_mpi_custom_mpi_options '
+                     "in the job's hyperparameters")
+
+
+def test_mpirun_taking_an_option_for_the_program_says_an_option_is_misspelled():
+    stderr = ["-" * 74, "orterun was unable to find the specified executable file, and therefore",
+              "did not launch the job.  This error was first reported for process", "", "Node:       algo-1",
+              "Executable: verbose", "-" * 74]
+    first = report.describe_failure("train.py", 134, stderr).splitlines()[0]
+    assert first.startswith("mpirun took 'verbose' for the program to run: an option in "
+                            "sagemaker_mpi_custom_mpi_options is misspelled"), first
