@@ -241,7 +241,14 @@ def test_sshd_is_ready_for_multi_host_mpi():
     assert settings["permitrootlogin"] in ("without-password", "prohibit-password")
     assert settings["passwordauthentication"] == "no"
     assert list(Path("/etc/ssh").glob("ssh_host_*_key"))
-    assert Path("/root/.ssh/authorized_keys").read_text() == Path("/root/.ssh/id_ed25519.pub").read_text()
+    # the key only from the job's hosts: no authorized_keys file; sshd asks dtc-authorized-keys,
+    # which outside a training job (no resourceconfig.json here) allows the loopback only
+    assert not Path("/root/.ssh/authorized_keys").exists()
+    assert settings["authorizedkeysfile"] == "none"
+    assert settings["authorizedkeyscommand"] == "/opt/dtc/venv/bin/dtc-authorized-keys %u"
+    public_key = Path("/root/.ssh/id_ed25519.pub").read_text().strip()
+    assert Path("/etc/ssh/dtc_job_key.pub").read_text().strip() == public_key
+    assert run("dtc-authorized-keys", "root").strip() == f'from="127.0.0.1,::1" {public_key}'
     assert "StrictHostKeyChecking no" in Path("/root/.ssh/config").read_text()
     assert "session optional pam_loginuid.so" in Path("/etc/pam.d/sshd").read_text()
 
