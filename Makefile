@@ -97,11 +97,11 @@ lint: $(SETUP_STAMP)
 # Builds FLAVORS, runs their in-image suite and pushes them to the ECR repository REPOSITORY in
 # REGION by running buildspec.yml here, as CodeBuild runs it (dtc_local.buildspec; steps in
 # scripts/release.sh). Needs AWS credentials; the AWS CLI is in the virtual environment.
-REGION ?=
+REGION ?= $(or $(AWS_REGION),$(AWS_DEFAULT_REGION))
 REPOSITORY ?= dtc
 FLAVORS ?= cpu
 push: $(SETUP_STAMP)
-	@[ -n "$(REGION)" ] || { echo "make push needs REGION=<aws region>, e.g. make push REGION=us-east-1 REPOSITORY=dtc" >&2; exit 2; }
+	@[ -n "$(REGION)" ] || { echo "make push needs REGION=<aws region> (or AWS_REGION), e.g. make push REGION=us-east-1 REPOSITORY=dtc" >&2; exit 2; }
 	REGION=$(REGION) REPOSITORY=$(REPOSITORY) FLAVORS="$(FLAVORS)" $(PYTHON) -m dtc_local.buildspec buildspec.yml
 
 # Benchmarks in the image (bench/run.py): JSON, plots and a ratio table under build/bench/;

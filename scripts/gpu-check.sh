@@ -2,8 +2,8 @@
 # Every GPU runtime check, on a machine with NVIDIA GPUs, with a dated report: runs
 # tests/gpu/test_gpu.py against the GPU image (default dtc:gpu; `make image FLAVOR=gpu` builds it) and
 # writes build/gpu-report-<date>.md (machine, driver, GPUs, image, each check's result) next to
-# build/gpu-report-<date>.xml (JUnit). On a machine without a GPU it says so, writes the report
-# with that, and exits 0: the checks skip cleanly.
+# build/gpu-report-<date>.xml (JUnit). On a machine without a GPU (nvidia-smi lists none) it checks
+# nothing, says so, and exits 3: a run that proved nothing never passes for one that did.
 #
 # Env: GPU_IMAGE (default dtc:gpu), PYTHON (the host venv's python), PYTEST_ARGS.
 set -uo pipefail
@@ -15,6 +15,11 @@ stamp="$(date -u +%Y-%m-%dT%H%M%SZ)"
 report="build/gpu-report-$stamp.md" junit="build/gpu-report-$stamp.xml"
 mkdir -p build
 gpus="$(nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true)"
+if [ -z "$gpus" ]; then
+  echo "[gpu-check] error: no NVIDIA GPU is visible here (nvidia-smi lists none): nothing was checked." >&2
+  echo "[gpu-check] Run it on a machine with NVIDIA GPUs and their driver (docs/image.md, Checks)." >&2
+  exit 3
+fi
 read -r -a extra <<< "${PYTEST_ARGS:-}"
 DTC_GPU_IMAGE="$GPU_IMAGE" "$PYTHON" -m pytest tests/gpu/test_gpu.py -v -rs --junitxml="$junit" "${extra[@]}" \
   | tee "build/gpu-check-$stamp.log"
@@ -25,7 +30,7 @@ code=${PIPESTATUS[0]}
   echo "- machine: $(uname -n), $(nproc) cores, $(uname -r)"
   echo "- image: $GPU_IMAGE"
   echo "- GPUs (index, name, driver, memory):"
-  if [ -n "$gpus" ]; then while read -r gpu; do echo "  - $gpu"; done <<<"$gpus"; else echo "  - none visible: every check skipped"; fi
+  while read -r gpu; do echo "  - $gpu"; done <<<"$gpus"
   echo "- result: $(grep -E '^=+ .* in [0-9.]+s' "build/gpu-check-$stamp.log" | tail -n1 | sed -E 's/^=+ (.*) =+$/\1/')"
   echo
   echo "| check | result |"

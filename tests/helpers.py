@@ -29,7 +29,8 @@ HOSTS = ("algo-1", "algo-2")
 # workers' clusters (containers <name>-algo-N, network <name>) never meet.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 CLUSTER = cluster.ClusterJob(image="", name=f"dtc-test-{WORKER}", subnet=f"10.213.{50 + int(WORKER[2:])}.0/24")
-IMAGES = {"cpu": os.environ.get("DTC_IMAGE"), "gpu": os.environ.get("DTC_GPU_IMAGE")}
+IMAGES = {"cpu": os.environ.get("DTC_IMAGE"), "gpu": os.environ.get("DTC_GPU_IMAGE"),
+          "docker": os.environ.get("DTC_DOCKER_IMAGE")}   # the CPU image built with Docker (scripts/test.sh)
 
 # The lines every built-in trainer prints (dtc_train.common): one metric line per epoch, one
 # weight digest per rank at the end, rate-limited progress lines within epochs.
@@ -269,22 +270,22 @@ def assert_identical_weights(log: str, world_size: int) -> None:
 
 
 # ------------------------------------------------------------------------------ observability
-def readme_metric_definitions() -> list[dict]:
-    """The metric_definitions list the README gives users, as Python."""
+def documented_metric_definitions() -> list[dict]:
+    """The metric_definitions list docs/trainers.md gives users, as Python."""
     import ast
 
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "trainers.md").read_text()
     block = re.search(r"metric_definitions = (\[.*?\n\])", text, re.S).group(1)
     return ast.literal_eval(block)
 
 
 def check_observability(log: str, output_dir: Path, epochs: list[int], world_size: int) -> None:
-    """The README's metric regexes, applied line by line as CloudWatch does, read the values of
+    """docs/trainers.md's metric regexes, applied line by line as CloudWatch does, read the values of
     ``epochs`` (the epochs this run reported: all of them, or those after a resumed checkpoint)
     from the real log; rank 0 wrote TensorBoard scalars and the report for the same epochs."""
     lines = [line for line in log.splitlines() if METRIC.search(line)]
     assert [int(METRIC.search(line).group(1)) for line in lines] == epochs
-    definitions = readme_metric_definitions()
+    definitions = documented_metric_definitions()
     assert {d["Name"] for d in definitions} >= {"validation:accuracy", "train:samples_per_second"}
     found = {d["Name"]: [float(m.group(1)) for line in log.splitlines() if (m := re.search(d["Regex"], line))]
              for d in definitions}
@@ -359,6 +360,35 @@ def check_labels(flavor: str) -> None:
     else:
         assert labels["ai.dtc.pytorch"] == pinned["TORCH_GPU_VERSION"]
         assert labels["ai.dtc.cuda"] == pinned["CUDA_RUNTIME_VERSION"]
+
+
+def docker_env() -> dict[str, str]:
+    """``DOCKER_HOST`` and ``DOCKER`` for the project's Docker engine (scripts/docker-daemon.sh,
+    started when it is not running); skips the test where this machine cannot run it."""
+    script = REPO / "scripts" / "docker-daemon.sh"
+    started = subprocess.run([str(script), "start"], capture_output=True, text=True)
+    if started.returncode != 0:
+        pytest.skip(f"the Docker engine does not run on this machine: {started.stderr.strip()[-800:]}")
+    names = subprocess.run([str(script), "env"], capture_output=True, text=True, check=True).stdout.split()
+    return dict(name.split("=", 1) for name in names)
+
+
+# ------------------------------------------------------------------------------ the SageMaker SDKs' local modes
+SDK_V2 = REPO / ".venv" / "sdk-v2" / "bin" / "python"
+SDK_V3 = REPO / ".venv" / "sdk-v3" / "bin" / "python"
+
+
+def sdk_env(tmp_path: Path, api_env: dict, sdk: Path = SDK_V2) -> dict:
+    """The environment an SDK's local mode runs in: its own interpreter first on PATH, a home with
+    the SDK's config (telemetry off), any region and credentials, and ``api_env`` (DOCKER_HOST)."""
+    home = tmp_path / "home"
+    (home / ".config" / "sagemaker").mkdir(parents=True, exist_ok=True)
+    config = home / ".config" / "sagemaker" / "config.yaml"
+    config.write_text("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n")
+    return {"PATH": f"{sdk.parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+            "SAGEMAKER_USER_CONFIG_OVERRIDE": str(config), "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "SAGEMAKER_SUPPRESS_V2_WARNING": "1",
+            **api_env}
 
 
 # ------------------------------------------------------------------------------ local clusters

@@ -22,11 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DIGEST, PROGRAMS, REPO, podman_env, run_cluster
+from helpers import DIGEST, PROGRAMS, REPO, SDK_V2, SDK_V3, podman_env, run_cluster, sdk_env
 
 IMAGE = os.environ.get("DTC_IMAGE")
-SDK_V2 = REPO / ".venv" / "sdk-v2" / "bin" / "python"
-SDK_V3 = REPO / ".venv" / "sdk-v3" / "bin" / "python"
 pytestmark = [pytest.mark.image,
               pytest.mark.skipif(not IMAGE, reason="DTC_IMAGE is not set (make test builds the image and sets it)")]
 
@@ -73,17 +71,6 @@ def remove_compose_containers() -> None:
                           capture_output=True, text=True, env=env).stdout.split()
     if left:
         subprocess.run(["podman", "rm", "-f", *left], capture_output=True, env=env)
-
-
-def sdk_env(tmp_path, api_env: dict, sdk: Path = SDK_V2) -> dict:
-    home = tmp_path / "home"
-    (home / ".config" / "sagemaker").mkdir(parents=True)
-    config = home / ".config" / "sagemaker" / "config.yaml"
-    config.write_text("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n")
-    return {"PATH": f"{sdk.parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
-            "SAGEMAKER_USER_CONFIG_OVERRIDE": str(config), "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "SAGEMAKER_SUPPRESS_V2_WARNING": "1",
-            **api_env}
 
 
 def run_sdk(tmp_path, api_env, *args: str, sdk: Path = SDK_V2) -> tuple[subprocess.CompletedProcess, dict]:
