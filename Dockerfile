@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # dtc: the distributed-training image for Amazon SageMaker. One file, two flavors, one base:
 #   docker build --build-arg FLAVOR=cpu -t dtc:cpu .   (PyTorch's CPU build)
 #   docker build --build-arg FLAVOR=gpu -t dtc:gpu .   (CUDA 12: torch's nvidia-*-cu12 wheels, NCCL)
@@ -12,7 +11,8 @@
 # op (the image only), then keeps only its lock and the compiled wheels. Runtime stage: no
 # compilers; it installs the lock (the same environment) and this project's own code last, so a
 # code change rebuilds in seconds. Build secrets and caches (pip CA, pip, Horovod and DeepSpeed
-# wheels) are mounts, never layers.
+# wheels) are mounts, never layers. No `# syntax=` line: BuildKit would fetch that frontend image
+# from Docker Hub first; the built-in frontends of Docker 20.10+ and buildah read every instruction here.
 
 ARG FLAVOR=cpu
 ARG BASE_IMAGE=debian:bookworm-slim

@@ -10,7 +10,9 @@
 # images live, blobs in /var/tmp on the same disk: the build refuses to start with less, in
 # seconds, instead of failing an hour in; defaults per flavor, measured in docs/image.md; with
 # TMPDIR=/dev/shm and the memory for the largest layer, the disk peak is that layer smaller),
-# INSTALL_EFA (gpu), BUILD_REPORT (a JSON file to write the build's flavor, time, size and budgets to).
+# INSTALL_EFA (gpu), BUILD_REPORT (a JSON file to write the build's flavor, time, size and budgets to),
+# DOCKER (the Docker CLI, default `docker`; it must build with BuildKit: Debian's docker.io 20.10,
+# or a newer one with the buildx plugin) and DOCKER_HOST (which daemon).
 #
 # Disk (measured in docs/image.md): buildah writes a layer three times while committing it (the
 # build container's files, a temporary blob in TMPDIR, default /var/tmp, and the stored layer);
@@ -77,8 +79,11 @@ secret_args=()
 PIP_CA="${PIP_CA-/etc/ssl/certs/ca-certificates.crt}"
 [ -n "$PIP_CA" ] && [ -s "$PIP_CA" ] && secret_args=(--secret "id=pip_ca,src=$PIP_CA")
 
-if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
-  tool=(env DOCKER_BUILDKIT=1 docker build)
+docker="${DOCKER:-docker}"
+if command -v "$docker" >/dev/null && "$docker" info >/dev/null 2>&1; then
+  # RUN steps on the host's network, as buildah's chroot isolation has them (a daemon may have no
+  # default bridge: scripts/docker-daemon.sh)
+  tool=(env DOCKER_BUILDKIT=1 "$docker" build --network host)
 else
   . scripts/podman-env.sh
   tool=(buildah bud --isolation chroot --layers --force-rm --format docker --pull=never)
@@ -104,15 +109,26 @@ check_free_space() {
     fi
   done
 }
-engine=docker
+engine="$docker"
 [ "${tool[0]}" = buildah ] && engine=podman
 replaced="$("$engine" image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
 if [ "${tool[0]}" = buildah ]; then
   check_free_space "$(podman info --format '{{.Store.GraphRoot}}')"
   podman image exists "docker.io/library/$BASE_IMAGE" || scripts/make-base-image.sh
 else
-  check_free_space "$(docker info --format '{{.DockerRootDir}}')"
+  check_free_space "$("$docker" info --format '{{.DockerRootDir}}')"
+  if ! "$docker" image inspect "$BASE_IMAGE" >/dev/null 2>&1; then   # no registry: podman's local base
+    . scripts/podman-env.sh
+    podman image exists "docker.io/library/$BASE_IMAGE" || scripts/make-base-image.sh
+    log "loading the base image $BASE_IMAGE from podman's store into Docker's"
+    podman save "docker.io/library/$BASE_IMAGE" | "$docker" load
+  fi
 fi
+# One build at a time per checkout: build/wheels is the context's staging area, and the tests start
+# builds from several workers at once (make train and make cluster with Docker, the buildspec).
+mkdir -p build
+exec 9> build/build-image.lock
+flock 9
 stage_wheels
 log "building $IMAGE ($FLAVOR) with ${tool[*]:0:2}"
 start=$(date +%s)

@@ -5,9 +5,12 @@
 # Docker's `--gpus all`, podman's CDI device `--device nvidia.com/gpu=all` (needs a CDI spec:
 # `nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`).
 # `scripts/container.sh --which` prints the engine it would use (docker | podman).
+# Env: DOCKER (the Docker CLI, default `docker` on PATH; scripts/docker-daemon.sh env names
+# Debian's), DOCKER_HOST (which daemon; unset: Docker's default socket).
 set -euo pipefail
 engine=podman
-if command -v docker >/dev/null && docker info >/dev/null 2>&1; then engine=docker; fi
+docker="${DOCKER:-docker}"
+if command -v "$docker" >/dev/null && "$docker" info >/dev/null 2>&1; then engine=docker; fi
 if [ "${1:-}" = --which ]; then echo "$engine"; exit 0; fi
 args=()
 for arg in "$@"; do
@@ -17,6 +20,7 @@ for arg in "$@"; do
     args+=("$arg")
   fi
 done
+if [ "$engine" = docker ]; then exec "$docker" "${args[@]}"; fi
 # shellcheck source=podman-env.sh
-[ "$engine" = docker ] || . "$(dirname "$0")/podman-env.sh"
-exec "$engine" "${args[@]}"
+. "$(dirname "$0")/podman-env.sh"
+exec podman "${args[@]}"

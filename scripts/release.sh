@@ -21,8 +21,8 @@
 # then `git rev-parse HEAD`), RELEASE_DIR (default build/release), PUSH_REGISTRY (push to this
 # registry instead of the repository's ECR registry, keeping the repository name: a mirror, or
 # a local registry to rehearse with; tests/image/test_delivery.py), and what the AWS CLI reads
-# (credentials, AWS_ENDPOINT_URL). The container engine is docker where a daemon answers, else
-# podman (scripts/container.sh).
+# (credentials, AWS_ENDPOINT_URL). The container engine is docker where a daemon answers (DOCKER,
+# DOCKER_HOST), else podman (scripts/container.sh).
 set -euo pipefail
 REPO_DIR="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO_DIR"
@@ -57,9 +57,14 @@ label() {  # label IMAGE KEY
   "$engine" image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1"
 }
 
-tag_exists() {  # tag_exists REPOSITORY_URI TAG
+tag_exists() {  # tag_exists REPOSITORY_URI TAG: 0 when it exists, 1 when not; dies when it cannot tell
   if [ "$("$engine" --which)" = docker ]; then
-    docker manifest inspect "$1:$2" >/dev/null 2>&1
+    local insecure=() out
+    # a registry on the loopback is plain HTTP, as Docker's daemon allows (a local rehearsal's)
+    case "${1%%/*}" in 127.*|localhost|localhost:*) insecure=(--insecure) ;; esac
+    if out="$("${DOCKER:-docker}" manifest inspect "${insecure[@]}" "$1:$2" 2>&1)"; then return 0; fi
+    case "$out" in *"no such manifest"*|*"manifest unknown"*|*NAME_UNKNOWN*|*"not found"*) return 1 ;; esac
+    die "cannot tell whether $1:$2 is in the registry, so it is not pushed (docker manifest inspect: $out)"
   else
     # podman 4.3 prints a NAME/TAG table whatever --format says
     "$engine" search --list-tags --limit 100000 "$1" 2>/dev/null | awk 'NR > 1 {print $2}' | grep -qxF -- "$2"

@@ -25,10 +25,13 @@ log() { printf '[setup-host +%ds] %s\n' "$SECONDS" "$*" >&2; }
 # an OCI registry (docker-registry, Distribution 2.8) that the delivery test pushes to; for the
 # SageMaker SDKs' local modes (tests/cluster/test_sdk_local.py, which serves podman's Docker-compatible
 # API): their compose client (docker-compose 1.29) and name resolution on their compose network
-# (the dnsname CNI plugin); the Docker CLI they also call comes with this kind of machine; the shell
-# scripts' linter (shellcheck, `make lint`).
+# (the dnsname CNI plugin); the shell scripts' linter (shellcheck, `make lint`); and Debian's
+# Docker engine and CLI (docker.io 20.10: BuildKit without a buildx plugin), which the Docker tests
+# (tests/cluster/test_docker.py) build and run the image with, on the project's own socket
+# (scripts/docker-daemon.sh; started below where this machine can run it). docker.io is never
+# removed again: that would take runc, which podman needs.
 HOST_PACKAGES=(g++ make cmake patch buildah podman runc debootstrap uidmap containernetworking-plugins iptables
-               docker-registry docker-compose golang-github-containernetworking-plugin-dnsname shellcheck)
+               docker-registry docker-compose golang-github-containernetworking-plugin-dnsname shellcheck docker.io)
 
 have="$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 [ "$have" = "$PYTHON_VERSION" ] || {
@@ -87,6 +90,11 @@ log "this project and the test tools"
 # buildspec.yml's AWS CLI calls and an ECR API to answer them (tests/image/test_delivery.py)
 "$PYTHON" -m pip install -q "awscli==$AWSCLI_VERSION" "moto[server]==$MOTO_VERSION"
 "$PYTHON" -m pip check
+
+if [ "${SKIP_APT:-0}" != 1 ]; then
+  "$REPO_DIR/scripts/docker-daemon.sh" start \
+    || log "warning: the Docker engine does not run on this machine; the Docker tests will say so and skip"
+fi
 
 wait "$sdks" || { cat "$VENV/sdk-install.log" >&2; die "installing the SageMaker Python SDKs failed (log above)"; }
 cat "$VENV/sdk-install.log" >&2

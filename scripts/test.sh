@@ -5,6 +5,9 @@
 #
 #   setup        scripts/setup-host.sh when its inputs changed (make setup)
 #   image        the CPU image (make image)
+#   docker-image the CPU image again, built by Docker's engine (scripts/docker-daemon.sh: BuildKit, the
+#                build secret) where it runs; the Docker tests (tests/cluster/test_docker.py) use it
+#                (DTC_DOCKER_IMAGE) and skip, saying why, where the engine does not run
 #   gpu-image    the GPU image, only when its build inputs differ from tests/fixtures/gpu-verified.json
 #                (scripts/gpu_inputs.py); its checks then run in the cluster tier (DTC_GPU_IMAGE)
 #   lint         ruff and shellcheck (make lint)
@@ -26,7 +29,7 @@ cd "$REPO_DIR" || exit 1
 MAKE="${MAKE:-make}"
 PYTHON="${PYTHON:-$REPO_DIR/.venv/bin/python}"
 IMAGE="${IMAGE:-dtc:cpu}" GPU_IMAGE="${GPU_IMAGE:-dtc:gpu}"
-PHASES=" ${TEST_PHASES:-setup image gpu-image lint unit integration cluster gpu} "
+PHASES=" ${TEST_PHASES:-setup image docker-image gpu-image lint unit integration cluster gpu} "
 INTEGRATION_WORKERS="${INTEGRATION_WORKERS:-2}" CLUSTER_WORKERS="${CLUSTER_WORKERS:-3}"
 read -r -a pytest_args <<< "${PYTEST_ARGS:-}"
 state="$(mktemp -d)"            # rows (phase seconds exit), the GPU image's name once built
@@ -41,6 +44,7 @@ pytest_tier() {   # pytest_tier NAME WORKERS PATH...: one tier, its slowest test
   local parallel=()
   [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadgroup)
   DTC_IMAGE="$IMAGE" DTC_GPU_IMAGE="$(cat "$state/gpu-image" 2>/dev/null)" \
+    DTC_DOCKER_IMAGE="$(cat "$state/docker-image" 2>/dev/null)" \
     "$PYTHON" -m pytest "$@" "${parallel[@]}" --durations=15 --junitxml="build/junit-$name.xml" "${pytest_args[@]}"
 }
 
@@ -51,6 +55,13 @@ phase() {   # phase NAME: runs it, appends "NAME SECONDS EXIT" to the rows; retu
   case "$name" in
     setup) "$MAKE" --no-print-directory setup ;;
     image) "$MAKE" --no-print-directory image IMAGE="$IMAGE" ;;
+    docker-image)
+      if ! scripts/docker-daemon.sh start; then echo "no Docker engine here: the Docker tests will skip"
+      else
+        # shellcheck disable=SC2046  # DOCKER_HOST=... DOCKER=..., no spaces
+        env $(scripts/docker-daemon.sh env) IMAGE="$IMAGE" BUILD_REPORT=build/docker-build.json \
+          scripts/build-image.sh && echo "$IMAGE" > "$state/docker-image"
+      fi ;;
     gpu-image)
       if python3 scripts/gpu_inputs.py check; then true
       else FLAVOR=gpu IMAGE="$GPU_IMAGE" scripts/build-image.sh && echo "$GPU_IMAGE" > "$state/gpu-image"; fi ;;
@@ -70,7 +81,7 @@ phase() {   # phase NAME: runs it, appends "NAME SECONDS EXIT" to the rows; retu
 
 images() {   # the image phases asked for, in order; stops at the first that fails
   local name
-  for name in image gpu-image; do
+  for name in image docker-image gpu-image; do
     if wants "$name"; then phase "$name" || return; fi
   done
 }
@@ -79,7 +90,7 @@ setup_code=0
 if wants setup; then phase setup || { setup_code=$?; echo "setup failed: nothing else can run" >&2; }; fi
 if [ "$setup_code" = 0 ]; then
   builder=""
-  if wants image || wants gpu-image; then
+  if wants image || wants docker-image || wants gpu-image; then
     images > build/images.log 2>&1 &
     builder=$!
     echo "building the images in the background (log: build/images.log)"

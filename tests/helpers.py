@@ -5,6 +5,8 @@ the one table of distribution strategies (``STRATEGIES``) every strategy test it
 Test files import from here, never from each other. Fixtures live in tests/conftest.py.
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -374,6 +376,20 @@ def docker_env() -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------ the SageMaker SDKs' local modes
+@contextlib.contextmanager
+def exclusive(name: str):
+    """Holds ``build/<name>.lock`` exclusively while the block runs, whichever pytest-xdist worker
+    runs it (xdist_group marks are not applied under pytest 9 with pytest-xdist 3.8). For the SDKs'
+    local modes, which name their compose projects and networks themselves, so two of their jobs on
+    one engine meet (same container names: one kills the other's)."""
+    lock_path = REPO / "build" / f"{name}.lock"
+    lock_path.parent.mkdir(exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+
 SDK_V2 = REPO / ".venv" / "sdk-v2" / "bin" / "python"
 SDK_V3 = REPO / ".venv" / "sdk-v3" / "bin" / "python"
 

@@ -242,9 +242,26 @@ def _pump(prefix: str, stream, lock: threading.Lock) -> None:
     stream.close()
 
 
+def docker_cli() -> str:
+    """The Docker CLI: ``$DOCKER`` (scripts/docker-daemon.sh env names Debian's), else ``docker``."""
+    return os.environ.get("DOCKER") or "docker"
+
+
 def docker_available() -> bool:
-    return shutil.which("docker") is not None and subprocess.run(
-        ["docker", "info"], capture_output=True).returncode == 0
+    """A Docker daemon answers (``DOCKER_HOST``, else Docker's default socket)."""
+    return shutil.which(docker_cli()) is not None and subprocess.run(
+        [docker_cli(), "info"], capture_output=True).returncode == 0
+
+
+def compose_command() -> list[str]:
+    """``docker compose`` (v2, a CLI plugin) where the CLI has it, else ``docker-compose`` (1.29,
+    Debian's package), which reads the same file (the Compose Specification)."""
+    if subprocess.run([docker_cli(), "compose", "version"], capture_output=True).returncode == 0:
+        return [docker_cli(), "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    raise SystemExit("cluster: Docker runs but has no compose client: install Docker's compose plugin or "
+                     "docker-compose, or use --engine podman")
 
 
 def run_podman(job: ClusterJob, trees: Mapping[str, str], timeout_s: float) -> dict[str, int]:
@@ -319,18 +336,23 @@ def supervise_hosts(procs: Mapping[str, subprocess.Popen], timeout_s: float, pee
 
 
 def run_compose(job: ClusterJob, compose_path: str, timeout_s: float) -> dict[str, int]:
-    """Runs the project with ``docker compose``; returns host -> exit code."""
-    base = ["docker", "compose", "-f", compose_path, "-p", job.network]
+    """Runs the project with ``compose_command``; returns host -> exit code (124 for a timeout),
+    read from each container's state (``docker inspect``), which every compose client leaves."""
+    base = [*compose_command(), "-f", compose_path, "-p", job.network]
+    subprocess.run(base + ["down", "--remove-orphans"], capture_output=True)   # a run before this one
+    timed_out = False
     try:
         subprocess.run(base + ["up", "--no-color"], timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        timed_out = True
         subprocess.run(base + ["kill"])
-    done = subprocess.run(base + ["ps", "-a", "--format", "json"], capture_output=True, text=True, check=True)
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-    rows = rows[0] if len(rows) == 1 and isinstance(rows[0], list) else rows
-    codes = {row["Service"]: int(row.get("ExitCode", 1)) for row in rows}
+    codes = {}
+    for host in job.hosts:
+        state = subprocess.run([docker_cli(), "inspect", "--format", "{{.State.ExitCode}}", job.container(host)],
+                               capture_output=True, text=True)
+        codes[host] = 124 if timed_out else int(state.stdout.strip()) if state.returncode == 0 else 1
     subprocess.run(base + ["down"], capture_output=True)
-    return {host: codes.get(host, 1) for host in job.hosts}
+    return codes
 
 
 def summarize(job: ClusterJob, trees: Mapping[str, str], codes: Mapping[str, int]) -> dict:
@@ -361,9 +383,9 @@ def run(job: ClusterJob, job_dir: str, timeout_s: float = 3600, engine: str = "a
     with open(compose_path, "w") as handle:
         json.dump(compose_file(job, trees), handle, indent=2)   # JSON is YAML
     use_docker = engine == "docker" or (engine == "auto" and docker_available())
+    runner = " ".join(compose_command()) if use_docker else "podman"
     print(f"local cluster: {job.instance_count} hosts x {job.processes_per_host} processes, distribution "
-          f"{job.distribution}, image {job.image}, with {'docker compose' if use_docker else 'podman'}; trees in "
-          f"{job_dir}", flush=True)
+          f"{job.distribution}, image {job.image}, with {runner}; trees in {job_dir}", flush=True)
     codes = run_compose(job, compose_path, timeout_s) if use_docker else run_podman(job, trees, timeout_s)
     summary = summarize(job, trees, codes)
     with open(os.path.join(job_dir, "result.json"), "w") as handle:

@@ -10,7 +10,6 @@ machine. docs/sdk.md gives users the same steps, and what the image does about S
 mode's ``ethwe`` interface (its ``mpirun`` falls back to one that exists).
 """
 
-import fcntl
 import json
 import os
 import re
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DIGEST, PROGRAMS, REPO, SDK_V2, SDK_V3, podman_env, run_cluster, sdk_env
+from helpers import DIGEST, PROGRAMS, SDK_V2, SDK_V3, exclusive, podman_env, run_cluster, sdk_env
 
 IMAGE = os.environ.get("DTC_IMAGE")
 pytestmark = [pytest.mark.image,
@@ -51,14 +50,10 @@ def docker_api():
 @pytest.fixture(autouse=True)
 def one_sdk_job_at_a_time():
     """The SDKs name their compose networks themselves, so two of their jobs on one machine meet:
-    each test holds an exclusive lock on build/sdk-local.lock while it runs, whichever pytest-xdist
-    worker runs it (xdist_group marks are not applied under pytest 9 with pytest-xdist 3.8).
-    docker-compose also leaves its exited containers behind (each pins the image it ran, layers
-    and all): after each test, every compose container is removed (only these tests use compose)."""
-    lock_path = REPO / "build" / "sdk-local.lock"
-    lock_path.parent.mkdir(exist_ok=True)
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    each test holds ``exclusive("sdk-local")`` while it runs. docker-compose also leaves its exited
+    containers behind (each pins the image it ran, layers and all): after each test, every compose
+    container is removed (only these tests use compose on podman)."""
+    with exclusive("sdk-local"):
         try:
             yield
         finally:

@@ -4,9 +4,13 @@ repository and login calls of the real AWS CLI) and Debian's docker-registry (Di
 on localhost, with htpasswd authentication whose password is the one moto's
 `aws ecr get-login-password` hands out: the login is checked, not waved through.
 
-The image is pushed, then pulled back into an empty image store and run from there.
+The image is pushed, then pulled back and run. With podman (the default engine here) it is pulled
+into an empty image store; with Docker's engine (scripts/docker-daemon.sh, as CodeBuild runs
+Docker: `docker manifest inspect`, `docker login`, `docker push`) its pushed tags are removed and
+it is pulled back by the immutable tag, and must be the image the build made.
 """
 
+import base64
 import json
 import os
 import shutil
@@ -15,12 +19,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 import warnings
 from pathlib import Path
 
 import pytest
 
-from helpers import BIN, CONTAINER, REPO, flavor_image, pins
+from helpers import BIN, CONTAINER, IMAGES, REPO, docker_env, flavor_image, pins
 
 pytestmark = pytest.mark.image
 ACCOUNT = "123456789012"          # moto's default account; its ECR token's password is "<account>-auth-token"
@@ -91,10 +97,29 @@ def registry(tmp_path):
             subprocess.run([CONTAINER, "rmi", name], capture_output=True)
 
 
-def registry_tags(repository: str, env: dict) -> set[str]:
-    done = subprocess.run([CONTAINER, "search", "--list-tags", "--limit", "1000", "--format", "json", repository],
-                          capture_output=True, text=True, env={**os.environ, **env})
-    return set(json.loads(done.stdout)[0]["Tags"]) if done.returncode == 0 else set()
+def registry_tags(repository: str) -> set[str]:
+    """The repository's tags, from the registry's own API (``/v2/<name>/tags/list``, as the login's user)."""
+    address, _, name = repository.partition("/")
+    request = urllib.request.Request(f"http://{address}/v2/{name}/tags/list", headers={
+        "Authorization": "Basic " + base64.b64encode(f"AWS:{ACCOUNT}-auth-token".encode()).decode()})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return set(json.load(response).get("tags") or [])
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            return set()
+        raise
+
+
+@pytest.fixture(params=["podman", "docker"])
+def engine(request) -> dict[str, str]:
+    """The environment that picks the container engine: podman's (nothing to add), or the
+    project's Docker engine, where the run built the image with it (DTC_DOCKER_IMAGE)."""
+    if request.param == "podman":
+        return {}
+    if not IMAGES["docker"]:
+        pytest.skip("DTC_DOCKER_IMAGE is not set (make test builds the image with Docker where its engine runs)")
+    return docker_env()
 
 
 def run_buildspec(env: dict, artifacts_dir: Path) -> subprocess.CompletedProcess:
@@ -110,13 +135,14 @@ def aws(env: dict, *argv: str) -> dict:
 
 
 def test_buildspec_creates_the_repository_logs_in_tests_and_pushes_an_image_that_pulls_back_and_runs(
-        ecr_api, registry, tmp_path):
+        ecr_api, registry, engine, tmp_path):
     if flavor_image("cpu") != "dtc:cpu":
         pytest.skip("buildspec.yml builds dtc:<flavor>; this run's image is named otherwise")
     address, podman_env = registry
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                          check=True).stdout.strip()
-    env = {**ecr_api, **podman_env, "REPOSITORY": "team/dtc", "FLAVORS": "cpu", "PUSH_REGISTRY": address}
+    env = {**ecr_api, **podman_env, **engine, "REPOSITORY": "team/dtc", "FLAVORS": "cpu", "PUSH_REGISTRY": address}
+    container = [engine.get("DOCKER", CONTAINER)]
     repository = f"{address}/team/dtc"
     shutil.rmtree(REPO / "build" / "release", ignore_errors=True)
 
@@ -137,7 +163,7 @@ def test_buildspec_creates_the_repository_logs_in_tests_and_pushes_an_image_that
     pinned = pins()
     immutable = f"cpu-{sha[:12]}"
     descriptive = f"cpu-tf{pinned['TENSORFLOW_VERSION']}-pt{pinned['TORCH_VERSION']}-py{pinned['PYTHON_VERSION']}"
-    assert registry_tags(repository, podman_env) == {immutable, descriptive}
+    assert registry_tags(repository) == {immutable, descriptive}
     assert json.loads(done.stdout.splitlines()[-1])["exported_variables"] == {"IMAGE_URI": f"{repository}:{immutable}"}
     artifacts = tmp_path / "artifacts"
     assert sorted(p.name for p in artifacts.iterdir()) == ["build-cpu.json", "image-uri.txt", "images.json"]
@@ -146,23 +172,36 @@ def test_buildspec_creates_the_repository_logs_in_tests_and_pushes_an_image_that
         {"flavor": "cpu", "uri": f"{repository}:{immutable}", "descriptive_uri": f"{repository}:{descriptive}"}]
     assert json.loads((artifacts / "build-cpu.json").read_text())["size_gb"] <= 7
 
-    # Pulled back into an empty image store, the image is the one built, and it runs.
-    pull_env = {**os.environ, **podman_env}
+    # Pulled back, the image is the one built, and it runs.
+    pull_env = {**os.environ, **podman_env, **engine}
+    built_id = subprocess.run([*container, "image", "inspect", "--format", "{{.Id}}", "dtc:cpu"],
+                              capture_output=True, text=True, check=True, env=pull_env).stdout.strip()
     runroot = tempfile.mkdtemp(prefix="dtc-rr-")           # podman wants a runroot under 50 characters
-    fresh = [CONTAINER, "--root", str(tmp_path / "store"), "--runroot", runroot]
-    pulled = subprocess.run([*fresh, "pull", "-q", f"{repository}:{immutable}"], capture_output=True, text=True,
-                            env=pull_env, timeout=1200)
+    if engine:   # Docker: one store; the pushed tags go, and the immutable one comes back from the registry
+        fresh = container
+        for tag in (immutable, descriptive):
+            subprocess.run([*container, "rmi", f"{repository}:{tag}"], capture_output=True, env=pull_env)
+        pulled = subprocess.run([*container, "pull", f"{repository}:{immutable}"], capture_output=True, text=True,
+                                env=pull_env, timeout=1200)
+        pulled_id = subprocess.run([*container, "image", "inspect", "--format", "{{.Id}}", f"{repository}:{immutable}"],
+                                   capture_output=True, text=True, env=pull_env).stdout.strip()
+    else:        # podman: into an empty image store
+        fresh = [CONTAINER, "--root", str(tmp_path / "store"), "--runroot", runroot]
+        pulled = subprocess.run([*fresh, "pull", "-q", f"{repository}:{immutable}"], capture_output=True, text=True,
+                                env=pull_env, timeout=1200)
+        pulled_id = pulled.stdout.strip()
     assert pulled.returncode == 0, pulled.stderr[-3000:]
-    built_id = subprocess.run([CONTAINER, "image", "inspect", "--format", "{{.Id}}", "dtc:cpu"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    assert pulled.stdout.strip() == built_id
+    assert pulled_id == built_id
     ran = subprocess.run([*fresh, "run", "--rm", "--network", "none", f"{repository}:{immutable}", "python", "-c",
                           "import horovod.torch, horovod.tensorflow, dtc_entrypoint; print('ok')"],
                          capture_output=True, text=True, env=pull_env, timeout=300)
     assert ran.returncode == 0 and ran.stdout.strip().endswith("ok"), ran.stderr[-3000:]
-    subprocess.run([*fresh, "rmi", "-a", "-f"], capture_output=True, env=pull_env)
+    if engine:
+        subprocess.run([*container, "rmi", f"{repository}:{immutable}"], capture_output=True, env=pull_env)
+    else:
+        subprocess.run([*fresh, "rmi", "-a", "-f"], capture_output=True, env=pull_env)
+        shutil.rmtree(tmp_path / "store", ignore_errors=True)
     shutil.rmtree(runroot, ignore_errors=True)
-    shutil.rmtree(tmp_path / "store", ignore_errors=True)
 
     # The same commit again: the immutable tag is never overwritten.
     again = run_buildspec(env, tmp_path / "again")
@@ -174,9 +213,15 @@ def test_buildspec_creates_the_repository_logs_in_tests_and_pushes_an_image_that
     over = run_buildspec({**env, "GIT_SHA": "0" * 40, "IMAGE_SIZE_BUDGET_GB": "1"}, tmp_path / "over")
     assert over.returncode != 0 and "image is over its size budget" in over.stderr
     assert "release.sh test" not in over.stderr
-    assert registry_tags(repository, podman_env) == {immutable, descriptive}
+    assert registry_tags(repository) == {immutable, descriptive}
 
 
-def test_make_push_needs_a_region():
+def test_make_push_needs_a_region_and_takes_aws_region_by_default():
+    unset = {k: v for k, v in os.environ.items() if k not in ("AWS_REGION", "AWS_DEFAULT_REGION")}
     done = subprocess.run(["make", "-s", "push", "REGION="], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 2 and "make push needs REGION=" in done.stderr
+    done = subprocess.run(["make", "-s", "push"], cwd=REPO, capture_output=True, text=True, env=unset)
+    assert done.returncode == 2 and "make push needs REGION=" in done.stderr
+    planned = subprocess.run(["make", "-n", "push"], cwd=REPO, capture_output=True, text=True,
+                             env={**unset, "AWS_REGION": "eu-west-1"})
+    assert planned.returncode == 0 and "REGION=eu-west-1 REPOSITORY=dtc" in planned.stdout, planned.stdout

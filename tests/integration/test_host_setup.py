@@ -26,7 +26,7 @@ PLUGIN_DIRS = ("/usr/lib/cni/", "/opt/cni/", "/etc/cni/", "/usr/lib/podman/", "/
 # Commands the project's scripts, harness and tests run, by the name they run them under.
 COMMANDS = ("podman", "buildah", "runc", "conmon", "debootstrap", "newuidmap", "iptables", "mpirun", "orterun",
             "orted", "mpicc", "ompi_info", "ssh", "ssh-keygen", "g++", "gcc", "cmake", "make", "patch",
-            "docker-compose", "docker-registry", "shellcheck")
+            "docker-compose", "docker-registry", "shellcheck", "docker", "dockerd")
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="not a Debian machine")
 
@@ -73,7 +73,7 @@ def test_setup_recorded_what_it_installed():
     assert MANIFEST.exists(), f"{MANIFEST} is missing: run scripts/setup-host.sh (without SKIP_APT=1)"
     requested = _names(MANIFEST.read_text())
     assert {"podman", "buildah", "containernetworking-plugins", "openmpi-bin", "openssh-client",
-            "shellcheck"} <= requested
+            "shellcheck", "docker.io"} <= requested
 
 
 def test_no_package_installed_by_hand_changes_what_the_project_runs():

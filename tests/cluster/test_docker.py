@@ -1,0 +1,114 @@
+"""Docker for real (#21 item 2): the CPU image built by Docker's engine with BuildKit and the build
+secret (scripts/test.sh's docker-image phase, DTC_DOCKER_IMAGE), `make train` and a two-host
+`make cluster` through compose on that engine, and SageMaker SDK v2 local mode reporting a failed
+job as failed on one and two hosts (with podman's Docker API it does not: docs/sdk.md).
+
+The engine is Debian's docker.io on the project's own socket (scripts/docker-daemon.sh), so the
+podman path the other tests use is untouched; every command here gets DOCKER_HOST and DOCKER.
+The buildspec under Docker: tests/image/test_delivery.py.
+"""
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from helpers import IMAGES, PROGRAMS, REPO, SDK_V2, SDK_V3, TESTS, docker_env, exclusive, read_json, sdk_env
+
+pytestmark = [pytest.mark.image,
+              pytest.mark.skipif(not IMAGES["docker"],
+                                 reason="DTC_DOCKER_IMAGE is not set (make test builds the image with Docker where "
+                                        "its engine runs, and sets it)")]
+
+
+@pytest.fixture(scope="module")
+def engine() -> dict[str, str]:
+    """This process's environment with the project's Docker engine in DOCKER_HOST and DOCKER."""
+    return {**os.environ, **docker_env()}
+
+
+def docker(engine: dict, *argv: str, timeout_s: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([engine["DOCKER"], *argv], capture_output=True, text=True, env=engine, timeout=timeout_s)
+
+
+def test_the_image_docker_built_is_the_one_buildah_built_and_passes_the_in_image_suite(engine):
+    image = IMAGES["docker"]
+    report = read_json(REPO / "build" / "docker-build.json")
+    assert report["image"] == image and report["size_gb"] <= report["size_budget_gb"]
+    labels = json.loads(docker(engine, "image", "inspect", image).stdout)[0]["Config"]["Labels"]
+    assert labels["ai.dtc.flavor"] == "cpu"
+    # the same environment, pin for pin, as the image buildah built (the lock both install; the
+    # comments carry the sha256 of the wheels each build compiled, which no compiler makes twice)
+    lock = docker(engine, "run", "--rm", "--network", "none", image, "cat", "/opt/dtc/requirements.lock")
+    podman_lock = subprocess.run([str(REPO / "scripts" / "container.sh"), "run", "--rm", "--network", "none",
+                                  IMAGES["cpu"] or image, "cat", "/opt/dtc/requirements.lock"],
+                                 capture_output=True, text=True, timeout=300, env={
+                                     k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "DOCKER")})
+    def requirements(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line and not line.startswith("#")]
+
+    assert lock.returncode == 0 and requirements(lock.stdout) == requirements(podman_lock.stdout)
+    assert len(requirements(lock.stdout)) > 100
+    suite = docker(engine, "run", "--rm", "--network", "none", "-v", f"{TESTS / 'image' / 'in_image'}:/tests:ro",
+                   image, "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "/tests")
+    assert suite.returncode == 0, suite.stdout[-5000:] + suite.stderr[-2000:]
+
+
+def test_make_train_runs_the_main_job_with_docker(engine, tmp_path):
+    job = tmp_path / "job" / "opt" / "ml"
+    done = subprocess.run(["make", "-s", "train", f"IMAGE={IMAGES['docker']}", f"JOB_DIR={job}", "EPOCHS=3"],
+                          cwd=REPO, capture_output=True, text=True, env=engine, timeout=1800)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    assert "with env DOCKER_BUILDKIT=1" in log            # make image's build step went to Docker (a cache hit)
+    assert (job / "model" / "model.pth").exists() and (job / "output" / "success").exists()
+    assert "epoch=3/3" in log
+
+
+def test_make_cluster_trains_on_two_hosts_through_docker_compose(engine, tmp_path):
+    cluster_dir = tmp_path / "cluster"
+    done = subprocess.run(["make", "-s", "cluster", f"IMAGE={IMAGES['docker']}", f"CLUSTER_DIR={cluster_dir}",
+                           "EPOCHS=3", "CLUSTER_ARGS=--name dtc-docker --subnet 10.213.40.0/24 --engine docker"],
+                          cwd=REPO, capture_output=True, text=True, env=engine, timeout=1800)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    assert re.search(r"with (docker-compose|\S+ compose); trees in", log), log[:3000]   # compose, not podman
+    result = read_json(cluster_dir / "result.json")
+    assert result["exit_code"] == 0 and all(h["exit_code"] == 0 for h in result["hosts"].values()), result
+    assert "model.pth" in result["hosts"]["algo-1"]["model"]
+    described = json.loads((cluster_dir / "algo-1" / "model" / "model.json").read_text())
+    assert described["world_size"] == 4
+
+
+FAILING_SCRIPT = """import os, time
+time.sleep(5)   # fails after compose has attached: what podman's Docker API loses
+if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("RANK", "0")) == "0":
+    raise ValueError("learning rate must be positive")
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("sdk", [SDK_V2, SDK_V3], ids=["sdk-v2", "sdk-v3"])
+@pytest.mark.parametrize("instance_count", [1, 2])
+def test_sdk_local_mode_reports_a_failed_job_as_failed_with_docker(engine, sdk, instance_count, digits_channels,
+                                                                   tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(FAILING_SCRIPT)
+    program, style = (("sdk_v2_local.py", ["--estimator", "pytorch"]) if sdk == SDK_V2
+                      else ("sdk_v3_local.py", ["--driver", "torchrun"]))
+    with exclusive("sdk-local-docker"):   # the SDKs' compose projects and networks have fixed names
+        done = subprocess.run([str(sdk), str(PROGRAMS / program), "--image", IMAGES["docker"], "--work",
+                               str(tmp_path / "work"), *style, "--source-dir", str(source), "--instance-count",
+                               str(instance_count), "--epochs", "1", "--data", str(digits_channels)],
+                              env=sdk_env(tmp_path, {"DOCKER_HOST": engine["DOCKER_HOST"]}, sdk),
+                              capture_output=True, text=True, timeout=900)
+        left = docker(engine, "ps", "-a", "-q", "--filter", "label=com.docker.compose.project").stdout.split()
+        if left:   # docker-compose leaves exited containers, each pinning its image
+            docker(engine, "rm", "-f", *left)
+    log = done.stdout + done.stderr
+    assert done.returncode != 0, log[-6000:]              # the SDK raised: the job failed, and it says so
+    assert "ValueError: learning rate must be positive" in log
+    assert not [line for line in done.stdout.splitlines() if line.startswith("{")]   # no result printed
