@@ -54,26 +54,18 @@ def test_failing_script_writes_its_exception_first_and_exits_nonzero(make_job, s
     assert not result.succeeded
 
 
-def test_failing_rank_under_mpi_fails_the_job_with_its_exception(make_job, source_dir):
+@pytest.mark.parametrize("mode, first, code", [
+    ("raise-rank-1", "ValueError: learning rate must be positive; got -0.1 for $LR", 1),
+    ("exit-3-rank-1", "rank 1 on host algo-1 exited with code 3", 3),
+], ids=["exception", "exit-code"])
+def test_a_failing_rank_under_mpi_comes_first_named_with_its_host(make_job, source_dir, mode, first, code):
     copy_programs(source_dir, "raise_error.py")
     root = make_job({"sagemaker_program": "raise_error.py", "sagemaker_submit_directory": str(source_dir),
-                     "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2,
-                     "mode": "raise-rank-1"})
+                     "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2, "mode": mode})
     result = run_train(root, timeout_s=60)
-    assert result.returncode != 0
-    lines = result.failure.splitlines()
-    assert lines[0] == "ValueError: learning rate must be positive; got -0.1 for $LR"
-    assert "rank 1" in result.failure
-
-
-def test_a_rank_exiting_non_zero_under_mpi_is_named_with_its_host(make_job, source_dir):
-    copy_programs(source_dir, "raise_error.py")
-    root = make_job({"sagemaker_program": "raise_error.py", "sagemaker_submit_directory": str(source_dir),
-                     "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2,
-                     "mode": "exit-3-rank-1"})
-    result = run_train(root, timeout_s=60)
-    assert result.returncode == 3, result.output
-    assert result.failure.splitlines()[0] == "rank 1 on host algo-1 exited with code 3", result.failure
+    assert result.returncode == code, result.output
+    assert result.failure.splitlines()[0] == first, result.failure
+    assert "rank 1 on host algo-1" in result.failure
 
 
 @pytest.mark.parametrize("options, first", [
