@@ -3,7 +3,7 @@ package on this machine that setup did not bring (nor a fresh machine of this pr
 changes what the project's tools do. Issue #8: a DNS plugin installed by hand once made the
 two-host cluster pass here and fail everywhere else.
 
-Other packages are the machine owner's business (a workstation with Docker's engine, an editor):
+Other packages are the machine owner's business (an editor, a language runtime):
 a hand-installed package fails this test only when it puts files where the tools setup installs
 look for plugins, runtimes and configuration (``PLUGIN_DIRS``), or ships a command the project
 runs (``COMMANDS``).
@@ -93,7 +93,10 @@ def test_the_check_would_catch_a_dns_plugin_installed_by_hand_and_ignores_unrela
     assert what_the_project_would_pick_up(package_files("golang-github-containernetworking-plugin-dnsname")) == [
         "/usr/lib/cni/dnsname"]
     assert what_the_project_would_pick_up(package_files("coreutils")) == []
-    assert what_the_project_would_pick_up(["/usr/bin/docker", "/usr/sbin/dockerd", "/etc/docker/daemon.json"]) == []
+    assert what_the_project_would_pick_up(["/usr/bin/vim.basic", "/etc/vim/vimrc"]) == []
+    # Docker's engine is one the project runs (setup brings Debian's docker.io): a hand-installed one counts
+    assert what_the_project_would_pick_up(["/usr/bin/docker", "/usr/sbin/dockerd", "/etc/docker/daemon.json"]) == [
+        "/usr/bin/docker", "/usr/sbin/dockerd"]
     assert what_the_project_would_pick_up(["/usr/lib/podman/aardvark-dns"]) == ["/usr/lib/podman/aardvark-dns"]
     assert what_the_project_would_pick_up(["/usr/bin/mpirun.mpich",
                                            "/usr/bin/mpichversion"]) == ["/usr/bin/mpirun.mpich"]
