@@ -133,6 +133,8 @@ def test_a_two_host_job_stopped_mid_epoch_exits_143_on_every_host_and_resumes(ca
     assert done.returncode == 0 and result["exit_code"] == 0, log[-6000:]
     assert re.search(rf"resuming from .*: epoch {position[0]}(?: of \d+)? done, {position[1]} ", log), log[-6000:]
     epochs_seen = METRIC.findall(log)
+    assert epochs_seen, (f"the resumed job trained no epoch: the stop landed after the last one (checkpoint at "
+                         f"{position} of {epochs} epochs), so nothing was stopped mid-epoch", log[-3000:])
     assert int(epochs_seen[0][0]) in (position[0] + 1, position[0] + 2) and int(epochs_seen[-1][0]) == epochs
     check_finished_two_host_job(case, done, result, tmp_path / "resumed", first_epoch=int(epochs_seen[0][0]))
 

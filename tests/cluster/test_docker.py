@@ -73,7 +73,7 @@ def test_make_cluster_trains_on_two_hosts_through_docker_compose(engine, tmp_pat
                            "EPOCHS=3", "CLUSTER_ARGS=--name dtc-docker --subnet 10.213.40.0/24 --engine docker"],
                           cwd=REPO, capture_output=True, text=True, env=engine, timeout=1800)
     log = done.stdout + done.stderr
-    assert done.returncode == 0, log[-6000:]
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-1000:]
     assert re.search(r"with (docker-compose|\S+ compose); trees in", log), log[:3000]   # compose, not podman
     result = read_json(cluster_dir / "result.json")
     assert result["exit_code"] == 0 and all(h["exit_code"] == 0 for h in result["hosts"].values()), result
@@ -105,8 +105,12 @@ def test_sdk_local_mode_reports_a_failed_job_as_failed_with_docker(engine, sdk, 
                                str(instance_count), "--epochs", "1", "--data", str(digits_channels)],
                               env=sdk_env(tmp_path, {"DOCKER_HOST": engine["DOCKER_HOST"]}, sdk),
                               capture_output=True, text=True, timeout=900)
-        left = docker(engine, "ps", "-a", "-q", "--filter", "label=com.docker.compose.project").stdout.split()
-        if left:   # docker-compose leaves exited containers, each pinning its image
+        # docker-compose leaves exited containers, each pinning its image: this job's go (only its
+        # own: the compose file is under tmp_path; make cluster's run on another worker meanwhile)
+        listed = docker(engine, "ps", "-a", "--filter", "label=com.docker.compose.project", "--format",
+                        '{{.ID}} {{.Label "com.docker.compose.project.working_dir"}}').stdout.splitlines()
+        left = [line.split()[0] for line in listed if line.partition(" ")[2].startswith(str(tmp_path))]
+        if left:
             docker(engine, "rm", "-f", *left)
     log = done.stdout + done.stderr
     assert done.returncode != 0, log[-6000:]              # the SDK raised: the job failed, and it says so

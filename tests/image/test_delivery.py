@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, CONTAINER, IMAGES, REPO, docker_env, flavor_image, pins
+from helpers import BIN, CONTAINER, IMAGES, REPO, docker_env, exclusive, flavor_image, pins
 
 pytestmark = pytest.mark.image
 ACCOUNT = "123456789012"          # moto's default account; its ECR token's password is "<account>-auth-token"
@@ -112,14 +112,14 @@ def registry_tags(repository: str) -> set[str]:
 
 
 @pytest.fixture(params=["podman", "docker"])
-def engine(request) -> dict[str, str]:
+def engine(request):
     """The environment that picks the container engine: podman's (nothing to add), or the
-    project's Docker engine, where the run built the image with it (DTC_DOCKER_IMAGE)."""
-    if request.param == "podman":
-        return {}
-    if not IMAGES["docker"]:
+    project's Docker engine, where the run built the image with it (DTC_DOCKER_IMAGE). One
+    buildspec runs at a time: buildspec.yml writes build/release/ in the checkout."""
+    if request.param == "docker" and not IMAGES["docker"]:
         pytest.skip("DTC_DOCKER_IMAGE is not set (make test builds the image with Docker where its engine runs)")
-    return docker_env()
+    with exclusive("buildspec"):
+        yield {} if request.param == "podman" else docker_env()
 
 
 def run_buildspec(env: dict, artifacts_dir: Path) -> subprocess.CompletedProcess:
