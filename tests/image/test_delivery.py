@@ -141,7 +141,8 @@ def test_buildspec_creates_the_repository_logs_in_tests_and_pushes_an_image_that
     address, podman_env = registry
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                          check=True).stdout.strip()
-    env = {**ecr_api, **podman_env, **engine, "REPOSITORY": "team/dtc", "FLAVORS": "cpu", "PUSH_REGISTRY": address}
+    env = {**ecr_api, **podman_env, **engine, "REPOSITORY": "team/dtc", "FLAVORS": "cpu", "PUSH_REGISTRY": address,
+           "GIT_SHA": sha}   # the commit this test began at, whatever is committed meanwhile
     container = [engine.get("DOCKER", CONTAINER)]
     repository = f"{address}/team/dtc"
     shutil.rmtree(REPO / "build" / "release", ignore_errors=True)
