@@ -330,9 +330,12 @@ def flavor_image(flavor: str) -> str:
     return IMAGES[flavor]
 
 
-def container(*argv: str, timeout_s: float = 900, check: bool = False) -> subprocess.CompletedProcess:
-    """``docker``/``podman`` ``argv`` (scripts/container.sh picks the engine)."""
-    return subprocess.run([CONTAINER, *argv], capture_output=True, text=True, timeout=timeout_s, check=check)
+def container(*argv: str, timeout_s: float = 900, check: bool = False,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``docker``/``podman`` ``argv`` (scripts/container.sh picks the engine: Docker where ``env``'s
+    DOCKER_HOST and DOCKER name one that answers, as ``docker_env`` gives; this process's by default)."""
+    return subprocess.run([CONTAINER, *argv], capture_output=True, text=True, timeout=timeout_s, check=check,
+                          env=env)
 
 
 def run_job_in(image: str, root: Path, timeout_s: float = 900) -> subprocess.CompletedProcess:
@@ -340,10 +343,12 @@ def run_job_in(image: str, root: Path, timeout_s: float = 900) -> subprocess.Com
     return container("run", "--rm", "--shm-size", "1g", "-v", f"{root}:/opt/ml", image, "train", timeout_s=timeout_s)
 
 
-def check_in_image_suite(flavor: str) -> None:
-    """The in-image sanity suite (tests/image/in_image) passes in the ``flavor`` image."""
+def check_in_image_suite(flavor: str, image: str | None = None, env: dict[str, str] | None = None) -> None:
+    """The in-image sanity suite (tests/image/in_image) passes in the ``flavor`` image (``image``,
+    default the run's; ``env`` picks the engine, as for ``container``)."""
     done = container("run", "--rm", "--network", "none", "-v", f"{TESTS / 'image' / 'in_image'}:/tests:ro",
-                     flavor_image(flavor), "python", "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "/tests")
+                     image or flavor_image(flavor), "python", "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                     "/tests", env=env)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     if flavor == "gpu":
         assert " skipped" not in done.stdout.splitlines()[-1], done.stdout[-3000:]   # every GPU check ran

@@ -15,7 +15,19 @@ import subprocess
 
 import pytest
 
-from helpers import IMAGES, PROGRAMS, REPO, SDK_V2, SDK_V3, TESTS, docker_env, exclusive, read_json, sdk_env
+from helpers import (
+    IMAGES,
+    PROGRAMS,
+    REPO,
+    SDK_V2,
+    SDK_V3,
+    check_in_image_suite,
+    container,
+    docker_env,
+    exclusive,
+    read_json,
+    sdk_env,
+)
 
 pytestmark = [pytest.mark.image,
               pytest.mark.skipif(not IMAGES["docker"],
@@ -29,31 +41,23 @@ def engine() -> dict[str, str]:
     return {**os.environ, **docker_env()}
 
 
-def docker(engine: dict, *argv: str, timeout_s: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([engine["DOCKER"], *argv], capture_output=True, text=True, env=engine, timeout=timeout_s)
-
-
 def test_the_image_docker_built_is_the_one_buildah_built_and_passes_the_in_image_suite(engine):
     image = IMAGES["docker"]
     report = read_json(REPO / "build" / "docker-build.json")
     assert report["image"] == image and report["size_gb"] <= report["size_budget_gb"]
-    labels = json.loads(docker(engine, "image", "inspect", image).stdout)[0]["Config"]["Labels"]
+    labels = json.loads(container("image", "inspect", image, env=engine).stdout)[0]["Config"]["Labels"]
     assert labels["ai.dtc.flavor"] == "cpu"
     # the same environment, pin for pin, as the image buildah built (the lock both install; the
     # comments carry the sha256 of the wheels each build compiled, which no compiler makes twice)
-    lock = docker(engine, "run", "--rm", "--network", "none", image, "cat", "/opt/dtc/requirements.lock")
-    podman_lock = subprocess.run([str(REPO / "scripts" / "container.sh"), "run", "--rm", "--network", "none",
-                                  IMAGES["cpu"] or image, "cat", "/opt/dtc/requirements.lock"],
-                                 capture_output=True, text=True, timeout=300, env={
-                                     k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "DOCKER")})
+    lock = container("run", "--rm", "--network", "none", image, "cat", "/opt/dtc/requirements.lock", env=engine)
+    podman_lock = container("run", "--rm", "--network", "none", IMAGES["cpu"] or image, "cat",
+                            "/opt/dtc/requirements.lock", timeout_s=300)
     def requirements(text: str) -> list[str]:
         return [line for line in text.splitlines() if line and not line.startswith("#")]
 
     assert lock.returncode == 0 and requirements(lock.stdout) == requirements(podman_lock.stdout)
     assert len(requirements(lock.stdout)) > 100
-    suite = docker(engine, "run", "--rm", "--network", "none", "-v", f"{TESTS / 'image' / 'in_image'}:/tests:ro",
-                   image, "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "/tests")
-    assert suite.returncode == 0, suite.stdout[-5000:] + suite.stderr[-2000:]
+    check_in_image_suite("cpu", image=image, env=engine)
 
 
 def test_make_train_runs_the_main_job_with_docker(engine, tmp_path):
@@ -107,11 +111,12 @@ def test_sdk_local_mode_reports_a_failed_job_as_failed_with_docker(engine, sdk, 
                               capture_output=True, text=True, timeout=900)
         # docker-compose leaves exited containers, each pinning its image: this job's go (only its
         # own: the compose file is under tmp_path; make cluster's run on another worker meanwhile)
-        listed = docker(engine, "ps", "-a", "--filter", "label=com.docker.compose.project", "--format",
-                        '{{.ID}} {{.Label "com.docker.compose.project.working_dir"}}').stdout.splitlines()
+        listed = container("ps", "-a", "--filter", "label=com.docker.compose.project", "--format",
+                           '{{.ID}} {{.Label "com.docker.compose.project.working_dir"}}', env=engine)
+        listed = listed.stdout.splitlines()
         left = [line.split()[0] for line in listed if line.partition(" ")[2].startswith(str(tmp_path))]
         if left:
-            docker(engine, "rm", "-f", *left)
+            container("rm", "-f", *left, env=engine)
     log = done.stdout + done.stderr
     assert done.returncode != 0, log[-6000:]              # the SDK raised: the job failed, and it says so
     assert "ValueError: learning rate must be positive" in log
