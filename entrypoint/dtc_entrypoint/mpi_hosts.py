@@ -93,7 +93,7 @@ def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[]
         if not stopped:
             log.warning("received %s: passing it to this host's ranks", signal.Signals(signum).name)
         stopped.append(signum)
-        rank_shim.signal_shims(signum)
+        log.info("passed %s to %d rank shim(s)", signal.Signals(signum).name, rank_shim.signal_shims(signum))
 
     previous = {sig: signal.signal(sig, on_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -129,7 +129,10 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
             timer.start()
             killer.append(timer)
         # MPI: each rank's shim gets the signal, not mpirun, which would kill the ranks at once
-        if not rank_shim.signal_shims(signum, parent_pid=children[0].pid):
+        shims = rank_shim.signal_shims(signum, parent_pid=children[0].pid)
+        if shims:
+            log.info("passed %s to %d rank shim(s)", signal.Signals(signum).name, shims)
+        else:
             _signal_group(children[0].pid, signum)
 
     # handlers first, so that no stop falls between the start and the handlers

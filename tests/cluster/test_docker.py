@@ -119,5 +119,5 @@ def test_sdk_local_mode_reports_a_failed_job_as_failed_with_docker(engine, sdk, 
             container("rm", "-f", *left, env=engine)
     log = done.stdout + done.stderr
     assert done.returncode != 0, log[-6000:]              # the SDK raised: the job failed, and it says so
-    assert "ValueError: learning rate must be positive" in log
+    assert "ValueError: learning rate must be positive" in log, done.stdout[-8000:]   # the containers' output
     assert not [line for line in done.stdout.splitlines() if line.startswith("{")]   # no result printed
