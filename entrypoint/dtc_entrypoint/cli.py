@@ -179,6 +179,11 @@ def run_job(plan_only: bool) -> int:
     unknown = sorted(k for k in config.framework_parameters if k not in KNOWN_FRAMEWORK_PARAMETERS)
     if unknown:
         log.warning("ignoring hyperparameters this image does not read: %s", ", ".join(unknown))
+    if config.channel_input_modes:
+        log.info("channels (input mode): %s", ", ".join(f"{name} ({mode})"
+                                                        for name, mode in config.channel_input_modes.items()))
+    if config.cache_env:
+        log.info("warm pool cache: %s", ", ".join(f"{name}={path}" for name, path in config.cache_env.items()))
     if phase:
         phase.current = "fetching the program and installing its dependencies"
     prog, plan = _plan_for(config, fetch=not plan_only)

@@ -35,6 +35,16 @@ MPI_CUSTOM_OPTIONS = "sagemaker_mpi_custom_mpi_options"
 FORWARDED_NAMES = frozenset({"PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "TRAINING_JOB_NAME",
                              "TRAINING_JOB_ARN", "DTC_FAULT"})
 FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_", "FI_", "TF_", "AWS_", "SAGEMAKER_", "CUDA_", "NVIDIA_")
+# A channel's TrainingInputMode (inputdataconfig.json; CreateTrainingJob's Channel.InputMode).
+INPUT_MODES = ("File", "FastFile", "Pipe")
+# SageMaker sets this on a warm pool with the persistent cache on (docs: train-warm-pools); what
+# is written there outlives the job and is there for the next job on the same instance.
+WARM_POOL_CACHE_VAR = "SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY"
+# What is worth keeping between jobs, as each tool's own variable -> a directory under the cache:
+# pip's downloads and built wheels (requirements.txt), PyTorch's and DeepSpeed's JIT-compiled
+# extensions, Triton's compiled kernels (torch.compile), Hugging Face downloads.
+WARM_POOL_CACHES = {"PIP_CACHE_DIR": "pip", "TORCH_EXTENSIONS_DIR": "torch_extensions",
+                    "TRITON_CACHE_DIR": "triton", "HF_HOME": "huggingface"}
 
 
 def forwarded_names(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -94,6 +104,9 @@ class JobConfig:
             may set it); the launchers put the code directory in front of it.
         python: the interpreter that runs Python programs.
         log_level: ``sagemaker_container_log_level`` (Python logging level, default 20).
+        channel_input_modes: channel -> ``File``, ``FastFile`` or ``Pipe`` (inputdataconfig.json
+            ``TrainingInputMode``; ``File`` when absent), in file order.
+        cache_env: ``warm_pool_cache_env``: the cache variables every process of the job gets.
     """
 
     base_dir: str
@@ -117,6 +130,8 @@ class JobConfig:
     inherited_pythonpath: str = ""
     python: str = sys.executable
     log_level: int = 20
+    channel_input_modes: Mapping[str, str] = field(default_factory=dict)
+    cache_env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def model_dir(self) -> str:
@@ -207,6 +222,16 @@ def mpi_config(framework_parameters: Mapping[str, object], num_gpus: int) -> Mpi
     )
 
 
+def warm_pool_cache_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``WARM_POOL_CACHES`` under ``$SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY`` (``{}`` when
+    the job has no persistent cache), leaving out each variable ``environ`` sets already (the
+    estimator's ``environment`` wins)."""
+    root = environ.get(WARM_POOL_CACHE_VAR)
+    if not root:
+        return {}
+    return {name: os.path.join(root, sub) for name, sub in WARM_POOL_CACHES.items() if name not in environ}
+
+
 def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str = sys.executable,
                      network_interface: str | None = None) -> JobConfig:
     """Builds the config from a sagemaker-training ``Environment`` and the process environment
@@ -254,6 +279,9 @@ def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str
         inherited_pythonpath=environ.get("PYTHONPATH", ""),
         python=python,
         log_level=int(env.log_level),
+        channel_input_modes=MappingProxyType({name: settings.get("TrainingInputMode") or "File"
+                                              for name, settings in env.input_data_config.items()}),
+        cache_env=MappingProxyType(warm_pool_cache_env(environ)),
     )
 
 
@@ -304,6 +332,10 @@ def check_config_files(config_dir: str) -> None:
         if not isinstance(channel, dict):
             raise ConfigError(f"{os.path.join(config_dir, 'inputdataconfig.json')}: channel {name!r} must be "
                               f"an object of settings, got {channel!r}", key=name)
+        mode = channel.get("TrainingInputMode")
+        if mode is not None and mode not in INPUT_MODES:
+            raise ConfigError(f"{os.path.join(config_dir, 'inputdataconfig.json')}: channel {name!r} has "
+                              f"TrainingInputMode {mode!r}: use one of {', '.join(INPUT_MODES)}", key=name)
 
 
 def load(environ: Mapping[str, str] = os.environ) -> JobConfig:

@@ -93,8 +93,10 @@ class LaunchPlan:
 def job_env(config: JobConfig, program: Program) -> dict[str, str]:
     """The variables every launcher adds: the toolkit's ``SM_*`` set (with ``SM_USER_ARGS`` in
     our argv form), ``PYTHONPATH`` led by the code directory (the container's own ``PYTHONPATH``
-    follows it, as the toolkit's does), and unbuffered Python output."""
+    follows it, as the toolkit's does), unbuffered Python output, and the warm pool's cache
+    directories (``config.cache_env``)."""
     env = dict(config.sm_env)
+    env.update(config.cache_env)
     env["SM_USER_ARGS"] = json.dumps(to_argv(config.user_hyperparameters))
     env["SM_USER_ENTRY_POINT"] = program.name
     env["SAGEMAKER_BASE_DIR"] = config.base_dir

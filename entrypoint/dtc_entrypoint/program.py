@@ -190,6 +190,8 @@ def install_dependencies(config: JobConfig) -> None:
     program that has one, execute permission for a command. pip runs under ``supervise.run``, so
     a stop signal reaches it and its stderr is relayed as it comes. The CodeArtifact index of
     ``CA_REPOSITORY_ARN`` is used as the toolkit uses it (``modules._get_codeartifact_index``).
+    On a warm pool with a persistent cache, pip keeps its downloads and wheels there
+    (``PIP_CACHE_DIR``, ``config.cache_env``), so the next job on the instance installs offline.
 
     Raises:
         DependencyError: pip failed; the message starts with pip's last ``ERROR:`` line.
@@ -211,7 +213,8 @@ def install_dependencies(config: JobConfig) -> None:
     if os.environ.get(modules.CA_REPOSITORY_ARN_ENV):
         argv += ["-i", modules._get_codeartifact_index()]
     log.info("installing the program's dependencies (%s)", " ".join(targets))
-    result = supervise.run(argv, {}, config.code_dir, merge_stdout=True)   # pip explains conflicts on stdout
+    # pip explains conflicts on stdout; a warm pool's cache keeps its downloads for the next job
+    result = supervise.run(argv, dict(config.cache_env), config.code_dir, merge_stdout=True)
     if result.signal_received:   # stopped while pip ran: a stop, not a pip failure
         raise StoppedBeforeLaunch(result.signal_received, "installing the program's dependencies")
     if result.returncode != 0:

@@ -111,6 +111,8 @@ def test_a_module_the_image_lacks_is_named_with_where_to_add_it(make_job, source
     ("inputdataconfig.json", "{training}", ["inputdataconfig.json", "not valid JSON"]),
     ("inputdataconfig.json", "[]", ["inputdataconfig.json", "JSON object", "list"]),
     ("inputdataconfig.json", '{"training": "s3://x"}', ["inputdataconfig.json", "training"]),
+    ("inputdataconfig.json", '{"training": {"TrainingInputMode": "Stream"}}',
+     ["inputdataconfig.json", "'training'", "TrainingInputMode 'Stream'", "File, FastFile, Pipe"]),
     ("resourceconfig.json", '{"current_host": "algo-1", "hosts": []}', ["resourceconfig.json", '"hosts"']),
     ("resourceconfig.json", '{"current_host": "algo-1", "hosts": ["algo-1", "algo-1"]}', ["twice"]),
     ("resourceconfig.json", '{"hosts": ["algo-1"]}', ["resourceconfig.json", '"current_host"']),
@@ -170,3 +172,34 @@ def test_a_configured_interface_that_does_not_exist_falls_back_with_a_warning(ma
     argv = plan["argv"]
     assert argv[argv.index("btl_tcp_if_include") + 1] == expected
     assert "'ethwe', which this container does not have" in done.stderr
+
+
+def test_a_warm_pool_cache_keeps_pips_wheels_and_reaches_every_process(make_job, source_dir, tmp_path):
+    """SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY (a warm pool with the persistent cache): the wheel
+    pip builds for requirements.txt lands in <cache>/pip for the next job on the instance, and the
+    training processes get the compiled-extension caches there; a variable the job sets wins."""
+    package = tmp_path / "dist" / "src" / "dtc_cache_probe-1.0"
+    package.mkdir(parents=True)
+    (package / "setup.py").write_text('from setuptools import setup\n'
+                                      'setup(name="dtc-cache-probe", version="1.0", py_modules=["dtc_cache_probe"])\n')
+    (package / "dtc_cache_probe.py").write_text("X = 1\n")
+    (package / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: dtc-cache-probe\nVersion: 1.0\n")
+    shutil.make_archive(str(tmp_path / "dist" / "dtc_cache_probe-1.0"), "gztar", package.parent, package.name)
+    copy_programs(source_dir, "echo_argv.py")
+    (source_dir / "requirements.txt").write_text("dtc-cache-probe==1.0\n")
+    cache = tmp_path / "warmpoolcache"
+    cache.mkdir()
+    env = {"SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY": str(cache), "HF_HOME": str(tmp_path / "hf"),
+           "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "dist"), "PIP_NO_BUILD_ISOLATION": "0",
+           "PIP_TARGET": str(tmp_path / "site")}   # installs beside, not into, the test's environment
+    root = make_job({"sagemaker_program": "echo_argv.py", "sagemaker_submit_directory": str(source_dir)})
+    plan = run_train(root, "--plan", env=env, timeout_s=60)
+    assert plan.returncode == 0, plan.output
+    plan_env = json.loads(plan.stdout)["env"]
+    assert {name: plan_env.get(name) for name in ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "HF_HOME")} == {
+        "TORCH_EXTENSIONS_DIR": f"{cache}/torch_extensions", "TRITON_CACHE_DIR": f"{cache}/triton", "HF_HOME": None}
+    result = run_train(root, env=env, timeout_s=300)
+    assert result.returncode == 0, result.output[-3000:]
+    assert (tmp_path / "site" / "dtc_cache_probe.py").exists()
+    assert [p.name for p in (cache / "pip").rglob("*.whl")] == ["dtc_cache_probe-1.0-py3-none-any.whl"]
+    assert f"warm pool cache: PIP_CACHE_DIR={cache}/pip" in result.output

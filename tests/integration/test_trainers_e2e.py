@@ -90,3 +90,34 @@ def test_progress_lines_within_epochs_are_rate_limited(digits_channels, tmp_path
     etas = [eta for *_, eta in progress]
     assert etas[-1] < etas[0]
 
+
+
+def _set_input_modes(root, modes: dict[str, str]) -> None:
+    path = root / "input" / "config" / "inputdataconfig.json"
+    channels = json.loads(path.read_text())
+    for name, mode in modes.items():
+        channels[name]["TrainingInputMode"] = mode
+    path.write_text(json.dumps(channels))
+
+
+def test_fastfile_channels_train_and_a_pipe_channel_is_refused_before_training(digits_channels, tmp_path):
+    """FastFile presents the S3 objects as files: the trainer reads them as in File mode. Pipe
+    mode gives FIFOs, which the trainers cannot shuffle and re-read: refused before any step,
+    naming the channel and the mode to use instead."""
+    hps = {"sagemaker_program": "builtin:pytorch", "sagemaker_mpi_enabled": True,
+           "sagemaker_mpi_num_of_processes_per_host": 2, "epochs": 1}
+    root = digits_job(tmp_path / "fastfile", digits_channels, hps)
+    _set_input_modes(root, {"training": "FastFile", "validation": "FastFile"})
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "channels (input mode): training (FastFile), validation (FastFile)" in result.output
+    assert [int(e) for e, *_ in METRIC.findall(result.stdout)] == [1]
+
+    root = digits_job(tmp_path / "pipe", digits_channels, hps)
+    _set_input_modes(root, {"validation": "Pipe"})
+    result = run_train(root, timeout_s=300)
+    assert result.returncode == 1, result.output[-3000:]
+    assert result.failure.splitlines()[0].startswith(
+        "ValueError: channel 'validation' is in Pipe mode (TrainingInputMode in input/config/inputdataconfig.json), "
+        "but the built-in trainers read a directory of image files"), result.failure
+    assert not METRIC.findall(result.stdout) and not any((root / "model").iterdir())

@@ -118,3 +118,32 @@ def test_corrupt_images_off_checks_nothing(tmp_path):
     root = _image_folder(tmp_path / "training", {"cat": 3, "dog": 2})
     _add_corrupt_images(root)
     assert len(channel.list_images(str(root), corrupt_images="off")) == 8
+
+
+@pytest.mark.parametrize("mode, refused", [("Pipe", True), ("FastFile", False), ("File", False), (None, False)])
+def test_a_pipe_mode_channel_is_refused_before_reading_and_fastfile_reads_as_files(tmp_path, monkeypatch, mode,
+                                                                                   refused):
+    """Pipe mode gives FIFOs (``training_0``, ``training_1``...) instead of a directory; FastFile
+    presents the objects as files, which is all the trainers need."""
+    import json
+
+    from dtc_local import job_tree
+    from dtc_train import contract
+
+    root = tmp_path / "opt" / "ml"
+    job_tree.write(str(root), hyperparameters={}, channels=("training",), hosts=("algo-1", "algo-2"))
+    config = root / "input" / "config" / "inputdataconfig.json"
+    channels = json.loads(config.read_text())
+    channels["training"].pop("TrainingInputMode", None)
+    if mode:
+        channels["training"]["TrainingInputMode"] = mode
+    config.write_text(json.dumps(channels))
+    monkeypatch.setenv("SAGEMAKER_BASE_DIR", str(root))
+    monkeypatch.delenv("SM_CHANNEL_TRAINING", raising=False)
+    assert contract.channel_input_mode("training") == (mode or "File")
+    if refused:
+        with pytest.raises(ValueError, match=r"^channel 'training' is in Pipe mode \(TrainingInputMode in "
+                                             r"input/config/inputdataconfig\.json\).*in File or FastFile mode"):
+            contract.channel_dir("training")
+    else:
+        assert contract.channel_dir("training") == str(root / "input" / "data" / "training")

@@ -114,3 +114,19 @@ def test_container_paths_follow_a_relocated_base_dir():
     assert relocate("s3://bucket/sourcedir.tar.gz", "/x") == "s3://bucket/sourcedir.tar.gz"
     assert relocate("/opt/ml/code", "/opt/ml") == "/opt/ml/code"
     assert relocate("/opt/mlx/code", "/x") == "/opt/mlx/code"
+
+
+def test_a_warm_pool_cache_gives_every_process_its_cache_directories_unless_the_job_sets_them():
+    from dtc_entrypoint.config import warm_pool_cache_env
+
+    cache = "/opt/ml/sagemaker/warmpoolcache"
+    assert warm_pool_cache_env({}) == {}
+    assert warm_pool_cache_env({"SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY": cache, "HF_HOME": "/data/hf"}) == {
+        "PIP_CACHE_DIR": f"{cache}/pip", "TORCH_EXTENSIONS_DIR": f"{cache}/torch_extensions",
+        "TRITON_CACHE_DIR": f"{cache}/triton"}   # the job's own HF_HOME is left alone
+    caches = {"PIP_CACHE_DIR": f"{cache}/pip", "TRITON_CACHE_DIR": f"{cache}/triton"}
+    for config in (job(cache_env=caches), job(mpi=MpiConfig(enabled=True, processes_per_host=2), cache_env=caches)):
+        plan = launch.build(config, SCRIPT)
+        assert {name: plan.env[name] for name in caches} == caches
+        if plan.strategy == "mpi":   # forwarded to the ranks mpirun starts
+            assert all(plan.argv[plan.argv.index(name) - 1] == "-x" for name in caches)

@@ -33,13 +33,14 @@ def output_data_dir() -> str:
 
 
 def channel_dir(name: str) -> str:
-    """``$SM_CHANNEL_<NAME>``, else ``<base>/input/data/<name>``.
+    """``$SM_CHANNEL_<NAME>``, else ``<base>/input/data/<name>``: the directory of files the
+    built-in trainers read, in ``File`` or ``FastFile`` mode alike (FastFile presents the S3
+    objects as files, fetched as they are read).
 
     Raises:
-        ValueError: the channel is ``ShardedByS3Key`` on a job of several hosts (see
-            ``refuse_sharded_channel``).
+        ValueError: the channel cannot be read as one full directory (``refuse_unreadable_channel``).
     """
-    refuse_sharded_channel(name)
+    refuse_unreadable_channel(name)
     return os.environ.get(f"SM_CHANNEL_{name.upper()}") or os.path.join(base_dir(), "input", "data", name)
 
 
@@ -52,15 +53,32 @@ def _read_config(name: str) -> dict:
         return json.load(handle)
 
 
-def refuse_sharded_channel(name: str) -> None:
-    """The built-in trainers read a full copy of each channel on every host and give each rank
-    its share; with ``S3DistributionType: ShardedByS3Key`` (inputdataconfig.json) each host holds
-    a different part, so sharding by global rank would skip data and leave hosts with different
-    step counts, and collectives would wait forever. Refused before any data is read.
+def channel_input_mode(name: str) -> str:
+    """The channel's ``TrainingInputMode`` in ``input/config/inputdataconfig.json``: ``File``,
+    ``FastFile`` or ``Pipe`` (``File`` when the file or the key is absent, as in SageMaker's
+    CreateTrainingJob, where ``InputMode`` defaults to the job's ``TrainingInputMode``)."""
+    return _read_config("inputdataconfig.json").get(name, {}).get("TrainingInputMode") or "File"
+
+
+def refuse_unreadable_channel(name: str) -> None:
+    """Refuses, before any data is read, a channel the built-in trainers cannot read:
+
+    * ``TrainingInputMode: Pipe``: SageMaker streams the channel through FIFOs
+      ``<channel>_<epoch>`` (one pass each) instead of a directory of files; the trainers shuffle
+      and re-read an image folder.
+    * ``S3DistributionType: ShardedByS3Key`` on a job of several hosts: each host holds a
+      different part, while the trainers give each rank its share of a full copy, so sharding by
+      global rank would skip data and leave hosts with different step counts, and collectives
+      would wait forever.
 
     Raises:
         ValueError: naming the channel, the file and what to set instead.
     """
+    if channel_input_mode(name) == "Pipe":
+        raise ValueError(
+            f"channel {name!r} is in Pipe mode (TrainingInputMode in input/config/inputdataconfig.json), but the "
+            "built-in trainers read a directory of image files: start the job with the channel in File or FastFile "
+            "mode (SDK v2: the estimator's input_mode='FastFile', or TrainingInput(..., input_mode='FastFile'))")
     setting = _read_config("inputdataconfig.json").get(name, {}).get("S3DistributionType")
     hosts = _read_config("resourceconfig.json").get("hosts", [])
     if setting == "ShardedByS3Key" and len(hosts) > 1:
