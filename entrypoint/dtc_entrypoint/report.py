@@ -279,6 +279,25 @@ def missing_module_hint(exception: str, constraint_file: str | None = None) -> s
             "(docs/versions.md lists what the image ships)")
 
 
+# APIs that scripts written for older frameworks still call, and what replaced them. Each entry:
+# (pattern on the exception line, the line that comes first instead; the exception follows it).
+REMOVED_APIS = (
+    (re.compile(r"^(AttributeError|ImportError)\b.*\bmulti_gpu_model\b"),
+     "keras.utils.multi_gpu_model was removed from Keras in TensorFlow 2.4: build and compile the model inside "
+     "tf.distribute.MirroredStrategy().scope() to train on every GPU of one host, or use the mpi distribution with "
+     "Horovod (horovod.tensorflow.keras) for several hosts (docs/strategies.md)"),
+)
+
+
+def removed_api(exception: str) -> str | None:
+    """What replaced the removed API the ``exception`` line names (``REMOVED_APIS``: Keras's
+    ``multi_gpu_model``, removed in TensorFlow 2.4 per its release notes), or ``None``."""
+    for pattern, replacement in REMOVED_APIS:
+        if pattern.match(exception):
+            return replacement
+    return None
+
+
 def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
                      signal_name: str | None = None, peers: Mapping[str, str] | None = None,
                      peer_lost: str | None = None) -> str:
@@ -288,7 +307,8 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
     with the out-of-memory hint for SIGKILL: the others' errors follow from it) or a host that
     was lost (``peer_lost``, or what ``lost_peer`` finds with ``peers``), else mpirun refusing
     its options (``mpirun_error``), else the exception the program raised (from the first rank
-    that printed one; ``missing_module_hint`` as the second line for a ``ModuleNotFoundError``),
+    that printed one; ``missing_module_hint`` as the second line for a ``ModuleNotFoundError``;
+    for a removed API, ``removed_api``'s replacement first and the exception second),
     else argparse's error line with ``usage_error``'s hint as the second line, else the rank
     that exited non-zero (``failed_rank``: ``rank 1 on host algo-2 exited with code 3``), else
     ``<program> exited with code N`` (``was killed by SIGNAME`` for 128 + N) / ``was stopped by
@@ -333,6 +353,8 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
                + (f"; the error above was raised on {where}" if culprit and where else "") + "."]
     tail = [line for line in stderr_tail[-40:] if line.strip()]
     hints = [hint] if hint and headline == culprit else []
+    if headline == culprit and (replacement := removed_api(culprit)):
+        headline, hints = replacement, [culprit]   # the API's successor first, then the exception itself
     return "\n".join([headline, *hints, "", *details, "", "Last lines of stderr:", *tail]) + "\n"
 
 

@@ -103,6 +103,22 @@ def test_a_module_the_image_lacks_is_named_with_where_to_add_it(make_job, source
                              "requirements.txt"), result.failure
 
 
+def test_a_script_calling_kerass_removed_multi_gpu_model_is_told_what_replaced_it(make_job, source_dir):
+    """The seed articles' failure: a Keras 2.3-era script on TensorFlow 2.4+ (here 2.21)."""
+    source_dir.mkdir()
+    (source_dir / "train.py").write_text(
+        "import tensorflow as tf\n"
+        "model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])\n"
+        "model = tf.keras.utils.multi_gpu_model(model, gpus=2)\n")
+    root = make_job({"sagemaker_program": "train.py", "sagemaker_submit_directory": str(source_dir)})
+    result = run_train(root, timeout_s=300)
+    assert result.returncode == 1, result.output[-3000:]
+    first, second = result.failure.splitlines()[:2]
+    assert first.startswith("keras.utils.multi_gpu_model was removed from Keras in TensorFlow 2.4: build and compile "
+                            "the model inside tf.distribute.MirroredStrategy().scope()"), result.failure
+    assert second.startswith("AttributeError: ") and "multi_gpu_model" in second, result.failure
+
+
 @pytest.mark.parametrize("name, text, words", [
     ("hyperparameters.json", '["lr", 1]', ["hyperparameters.json", "JSON object", "list"]),
     ("hyperparameters.json", '{"lr": 1,', ["hyperparameters.json", "not valid JSON"]),

@@ -1,5 +1,7 @@
 """Unit: the failure reason's first line names the user's exception, also through mpirun."""
 
+import pytest
+
 from dtc_entrypoint import report
 
 TRACEBACK = [
@@ -173,3 +175,19 @@ def test_mpirun_taking_an_option_for_the_program_says_an_option_is_misspelled():
     first = report.describe_failure("train.py", 134, stderr).splitlines()[0]
     assert first.startswith("mpirun took 'verbose' for the program to run: an option in "
                             "sagemaker_mpi_custom_mpi_options is misspelled"), first
+
+
+@pytest.mark.parametrize("exception", [
+    "AttributeError: module 'tensorflow.keras.utils' has no attribute 'multi_gpu_model'",
+    "AttributeError: module 'keras.utils' has no attribute 'multi_gpu_model'",
+    "ImportError: cannot import name 'multi_gpu_model' from 'tensorflow.keras.utils' (/opt/dtc/venv/lib/x.py)",
+])
+def test_a_removed_keras_api_is_translated_first_and_the_exception_follows(exception):
+    stderr = ["[1,0]<stderr>:Traceback (most recent call last):", '[1,0]<stderr>:  File "train.py", line 9',
+              f"[1,0]<stderr>:{exception}"]
+    lines = report.describe_failure("train.py", 1, stderr).splitlines()
+    assert lines[0].startswith("keras.utils.multi_gpu_model was removed from Keras in TensorFlow 2.4: build and "
+                               "compile the model inside tf.distribute.MirroredStrategy().scope()")
+    assert "mpi distribution with Horovod" in lines[0]
+    assert lines[1] == exception
+    assert report.removed_api("AttributeError: 'Model' object has no attribute 'fit_generator'") is None
