@@ -17,7 +17,20 @@ import time
 import traceback
 
 from . import config as job_config
-from . import fabric, host_identity, launch, mpi_hosts, peers, program, rank_shim, redact, report, strategy, supervise
+from . import (
+    fabric,
+    host_identity,
+    launch,
+    memory,
+    mpi_hosts,
+    peers,
+    program,
+    rank_shim,
+    redact,
+    report,
+    strategy,
+    supervise,
+)
 from .errors import (
     EXIT_CONFIG_ERROR,
     EXIT_INTERNAL_ERROR,
@@ -174,6 +187,7 @@ def _serve_mpi_worker(config: job_config.JobConfig, plan: launch.LaunchPlan, pro
 def run_job(plan_only: bool) -> int:
     """Runs (or with ``plan_only`` prints) this host's part of the job. Returns the exit code."""
     phase = _Phase("reading the job's configuration") if not plan_only else None
+    oom_kills_before = memory.oom_kills()   # a SIGKILL during the job is the OOM killer's if this grows
     config = job_config.load()
     logging.getLogger().setLevel(config.log_level)
     unknown = sorted(k for k in config.framework_parameters if k not in KNOWN_FRAMEWORK_PARAMETERS)
@@ -235,7 +249,8 @@ def run_job(plan_only: bool) -> int:
         return 0
     signal_name = signal.Signals(result.signal_received).name if result.signal_received else None
     text = report.describe_failure(prog.name, result.exit_code, result.stderr_tail, signal_name,
-                                   peers=_peer_names(plan, addresses), peer_lost=result.peer_lost)
+                                   peers=_peer_names(plan, addresses), peer_lost=result.peer_lost,
+                                   oom_killed=memory.oom_killed_since(oom_kills_before))
     path = report.write_failure(config.output_dir, text)
     exit_code = (128 + result.signal_received if result.signal_received
                  else EXIT_PEER_ERROR if result.peer_lost else result.exit_code)

@@ -30,7 +30,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 
-from . import host_identity, report
+from . import host_identity, memory, report
 
 MODULE = "dtc_entrypoint.rank_shim"
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
@@ -108,6 +108,7 @@ def clear_outcomes() -> None:
 
 def run(argv: list[str]) -> int:
     """Runs ``argv`` (no shell), forwarding ``FORWARDED_SIGNALS``; returns the shim's exit code."""
+    oom_kills_before = memory.oom_kills()   # a SIGKILL is the OOM killer's if this grows meanwhile
     child = subprocess.Popen(argv)
     stopped: list[int] = []
 
@@ -131,7 +132,8 @@ def run(argv: list[str]) -> int:
         host = (host_identity.read().get("SM_CURRENT_HOST") or os.environ.get("SM_CURRENT_HOST")
                 or socket.gethostname())
         if code < 0:
-            text = report.rank_death(rank, host, report.signal_label(-code))
+            text = report.rank_death(rank, host, report.signal_label(-code),
+                                     oom_killed=memory.oom_killed_since(oom_kills_before))
             sys.stderr.write(f"[dtc] {text} (exit code {exit_code})\n")
             sys.stderr.flush()
         else:

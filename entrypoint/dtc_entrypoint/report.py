@@ -27,8 +27,13 @@ _SOURCE_LOCATION = re.compile(r'^\s*File "[^"]+", line \d+')
 FAILURE_REASON_CHARS = 1024
 # SIGKILL is what the kernel's out-of-memory killer sends (and `kill -9`, and a host's shutdown).
 OOM_HINT = "SIGKILL is what the kernel's out-of-memory killer sends: check the instance's memory"
+# When the container's OOM-kill count grew while the process ran (memory.oom_killed_since): not
+# a hint any more but what happened, and what to change.
+OOM_KILLED = "from the kernel's out-of-memory killer"
+OOM_ADVICE = ("the container ran out of memory: lower batch-size or the processes per host, or use an instance "
+              "type with more memory")
 # What rank_shim prints when its rank dies of a signal (MPI), and torchrun's root-cause block.
-_DEAD_RANK = re.compile(r"rank (\d+) on host (\S+) was killed by (SIG[A-Z0-9]+)")
+_DEAD_RANK = re.compile(r"rank (\d+) on host (\S+) was killed by (SIG[A-Z0-9]+)( " + re.escape(OOM_KILLED) + ")?")
 # mpirun when a host's orted vanishes (the host or its container died, or the network failed).
 _LOST_DAEMON = re.compile(r"Remote daemon:\s*\[\[\d+,\d+\],\d+\] on node (\S+)")
 _TORCHRUN_ROOT_CAUSE = re.compile(
@@ -43,8 +48,12 @@ def signal_label(number: int) -> str:
         return f"signal {number}"
 
 
-def rank_death(rank: str | int, host: str, name: str) -> str:
-    """``rank 3 on host algo-2 was killed by SIGKILL`` (with ``OOM_HINT`` for SIGKILL)."""
+def rank_death(rank: str | int, host: str, name: str, oom_killed: bool = False) -> str:
+    """``rank 3 on host algo-2 was killed by SIGKILL`` (with ``OOM_HINT`` for SIGKILL); with
+    ``oom_killed`` (its container's OOM-kill count grew: ``memory``) ``... was killed by SIGKILL
+    from the kernel's out-of-memory killer: the container ran out of memory: ...``."""
+    if name == "SIGKILL" and oom_killed:
+        return f"rank {rank} on host {host} was killed by {name} {OOM_KILLED}: {OOM_ADVICE}"
     return f"rank {rank} on host {host} was killed by {name}" + (f" ({OOM_HINT})" if name == "SIGKILL" else "")
 
 
@@ -155,19 +164,21 @@ def lost_peer(lines: Sequence[str], peers: Mapping[str, str]) -> str | None:
 def dead_rank(lines: Sequence[str]) -> str | None:
     """One sentence naming the rank that died of a signal, its host and the signal, from
     rank_shim's line (MPI) or torchrun's "Root Cause" block, or the host whose MPI daemon
-    mpirun lost; ``None`` when none of them is there. SIGKILL gets ``OOM_HINT``."""
+    mpirun lost; ``None`` when none of them is there. SIGKILL gets ``OOM_HINT``, or is named the
+    out-of-memory killer's where rank_shim's line says so."""
     text = "\n".join(lines)
     lost = _LOST_DAEMON.search(text)
     if lost:
         return lost_host(lost.group(1), "mpirun lost its daemon there")
     match = _DEAD_RANK.search(text)
     if match:
-        rank, host, name = match.groups()
-    else:   # torchrun lists every failed rank; the root cause is the one after "Root Cause"
-        match = _TORCHRUN_ROOT_CAUSE.search(text[text.rfind("Root Cause"):] if "Root Cause" in text else text)
-        if not match or int(match.group(3)) >= 0:
-            return None
-        host, rank, name = match.group(1), match.group(2), signal_label(-int(match.group(3)))
+        rank, host, name, oom = match.groups()
+        return rank_death(rank, host, name, oom_killed=bool(oom))
+    # torchrun lists every failed rank; the root cause is the one after "Root Cause"
+    match = _TORCHRUN_ROOT_CAUSE.search(text[text.rfind("Root Cause"):] if "Root Cause" in text else text)
+    if not match or int(match.group(3)) >= 0:
+        return None
+    host, rank, name = match.group(1), match.group(2), signal_label(-int(match.group(3)))
     return rank_death(rank, host, name)
 
 
@@ -300,7 +311,7 @@ def removed_api(exception: str) -> str | None:
 
 def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
                      signal_name: str | None = None, peers: Mapping[str, str] | None = None,
-                     peer_lost: str | None = None) -> str:
+                     peer_lost: str | None = None, oom_killed: bool = False) -> str:
     """The failure file's text for a training program that ended badly.
 
     First line: a rank that died of a signal (``rank 3 on host algo-2 was killed by SIGKILL``,
@@ -311,9 +322,10 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
     for a removed API, ``removed_api``'s replacement first and the exception second),
     else argparse's error line with ``usage_error``'s hint as the second line, else the rank
     that exited non-zero (``failed_rank``: ``rank 1 on host algo-2 exited with code 3``), else
-    ``<program> exited with code N`` (``was killed by SIGNAME`` for 128 + N) / ``was stopped by
-    SIGTERM``. Then where it came from (rank and host) and the end of stderr, so the first 1024
-    characters explain the failure.
+    ``<program> exited with code N`` (``was killed by SIGNAME`` for 128 + N; for SIGKILL with
+    ``oom_killed``, this container's OOM-kill count grew during the job, ``... by the kernel's
+    out-of-memory killer``) / ``was stopped by SIGTERM``. Then where it came from (rank and
+    host) and the end of stderr, so the first 1024 characters explain the failure.
     """
     culprit, where, hint = None, "", None
     streams = untag(stderr_tail)
@@ -345,8 +357,11 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
         headline = failed[2]
     elif 128 < exit_code < 128 + 65:
         name = signal_label(exit_code - 128)
-        headline = f"{program} was killed by {name} (exit code {exit_code})" + (
-            f": {OOM_HINT}" if name == "SIGKILL" else "")
+        if name == "SIGKILL" and oom_killed:
+            headline = f"{program} was killed by {name} {OOM_KILLED} (exit code {exit_code}): {OOM_ADVICE}"
+        else:
+            headline = f"{program} was killed by {name} (exit code {exit_code})" + (
+                f": {OOM_HINT}" if name == "SIGKILL" else "")
     else:
         headline = f"{program} exited with code {exit_code}"
     details = [f"Training program {program!r} exited with code {exit_code}"

@@ -191,3 +191,33 @@ def test_a_removed_keras_api_is_translated_first_and_the_exception_follows(excep
     assert "mpi distribution with Horovod" in lines[0]
     assert lines[1] == exception
     assert report.removed_api("AttributeError: 'Model' object has no attribute 'fit_generator'") is None
+
+
+@pytest.mark.parametrize("layout, text, count", [
+    ("memory.events", "low 0\nhigh 0\nmax 4\noom 2\noom_kill 2\noom_group_kill 0\n", 2),           # cgroup v2
+    ("memory/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n", 1),          # cgroup v1
+    (None, "", None),                                                                             # no controller
+])
+def test_the_containers_oom_kill_count_is_read_from_cgroup_v2_or_v1(tmp_path, layout, text, count):
+    from dtc_entrypoint import memory
+
+    if layout:
+        (tmp_path / layout).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / layout).write_text(text)
+    assert memory.oom_kills(str(tmp_path)) == count
+    assert memory.oom_killed_since(0, str(tmp_path)) is bool(count)
+    assert memory.oom_killed_since(count, str(tmp_path)) is False   # no new kill since the job started
+
+
+def test_a_sigkill_is_called_an_out_of_memory_kill_only_when_the_count_grew():
+    oom = report.describe_failure("train.py", 137, ["Killed"], oom_killed=True).splitlines()[0]
+    assert oom == ("train.py was killed by SIGKILL from the kernel's out-of-memory killer (exit code 137): the "
+                   "container ran out of memory: lower batch-size or the processes per host, or use an instance "
+                   "type with more memory")
+    plain = report.describe_failure("train.py", 137, ["Killed"]).splitlines()[0]
+    assert plain == f"train.py was killed by SIGKILL (exit code 137): {report.OOM_HINT}"
+    # rank_shim's line crosses hosts through mpirun's output; the master's failure keeps what it said
+    line = report.rank_death(3, "algo-2", "SIGKILL", oom_killed=True)
+    assert report.dead_rank([f"[1,3]<stderr>:[dtc] {line} (exit code 137)"]) == line
+    assert report.dead_rank(["[dtc] rank 3 on host algo-2 was killed by SIGKILL (exit code 137)"]) == (
+        f"rank 3 on host algo-2 was killed by SIGKILL ({report.OOM_HINT})")
