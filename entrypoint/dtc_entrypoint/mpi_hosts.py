@@ -52,6 +52,12 @@ def _orted() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "orted"]
 
 
+def _orted_alive() -> list[psutil.Process]:
+    """The ``orted`` processes still running (those that exited are reaped: a daemonized
+    ``orted`` is this process's child once its first process has exited)."""
+    return psutil.wait_procs(_orted(), timeout=0)[1]
+
+
 def _end_local_ranks() -> None:
     """SIGKILL to whatever is left of this host's ranks: ``orted`` and every process started for
     a rank (``OMPI_COMM_WORLD_RANK`` in its environment: the shim, its program, the program's
@@ -120,13 +126,16 @@ def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[]
             time.sleep(POLL_S)
         log.info("MPI worker: mpirun's daemon is running; waiting for it to finish")
         # a stopped job's master may go first: then only wait for the ranks to finish saving
-        lost = peers.watch_until_one_closes(
-            [(master_host, SSH_PORT)], stop=lambda: bool(stopped) or not psutil.wait_procs(daemons, timeout=0)[1])
+        lost = peers.watch_until_one_closes([(master_host, SSH_PORT)], stop=lambda: bool(stopped) or not _orted_alive())
         if lost:
             _end_local_ranks()
             raise PeerError(report.lost_host(master_host, "the MPI master's sshd stopped answering while this host's "
                                                           "ranks ran; they were ended"))
-        psutil.wait_procs(daemons)
+        # `orted --daemonize` forks and its first process exits at once: the poll above may have
+        # seen only that one, so look again until no orted is left (the daemon's ranks run on)
+        while daemons:
+            psutil.wait_procs(daemons)
+            daemons = _orted()
         log.info("MPI worker: the job's processes on this host have ended")
         _end_local_ranks()
         return stopped[0] if stopped else None
