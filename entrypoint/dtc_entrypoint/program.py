@@ -40,7 +40,7 @@ BUILTIN_TRAINERS = {
         strategies.TORCH_DISTRIBUTED: "dtc_train.pytorch_ddp",
     },
     "tensorflow": {
-        strategies.SINGLE: "dtc_train.tensorflow_horovod",
+        strategies.SINGLE: "dtc_train.tensorflow_mwms",   # MirroredStrategy over the host's GPUs
         strategies.MPI: "dtc_train.tensorflow_horovod",
         strategies.MULTI_WORKER_MIRRORED: "dtc_train.tensorflow_mwms",
         strategies.PARAMETER_SERVER: "dtc_train.tensorflow_ps",

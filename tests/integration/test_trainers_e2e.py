@@ -121,3 +121,29 @@ def test_fastfile_channels_train_and_a_pipe_channel_is_refused_before_training(d
         "ValueError: channel 'validation' is in Pipe mode (TrainingInputMode in input/config/inputdataconfig.json), "
         "but the built-in trainers read a directory of image files"), result.failure
     assert not METRIC.findall(result.stdout) and not any((root / "model").iterdir())
+
+
+def test_tensorflow_without_a_distribution_mirrors_over_the_hosts_devices(digits_channels, tmp_path):
+    """One host, no distribution: builtin:tensorflow runs MirroredStrategy over every local device
+    (#19 item 4), here two logical CPU devices (cpu-replicas=2; GPUs would be found by
+    themselves): one process, two replicas in sync, global batches of batch-size x 2, the
+    SavedModel written once."""
+    epochs = 10
+    root = digits_job(tmp_path / "job", digits_channels, {"sagemaker_program": "builtin:tensorflow", "epochs": epochs,
+                                                          "cpu-replicas": 2})
+    plan = run_train(root, "--plan", timeout_s=60)
+    assert json.loads(plan.stdout)["argv"][1:3] == ["-m", "dtc_train.tensorflow_mwms"]
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-4000:]
+    assert re.search(r"TensorFlow \S+ MirroredStrategy: worker 0 of 1 workers \(host algo-1\), 2 replicas on "
+                     r"\S+device:CPU:0, \S+device:CPU:1; 1437 training images \(23 steps/epoch\)", result.output), \
+        result.output[-4000:]        # 23 = ceil(1437 / (32 x 2))
+    accuracy = _accuracy_by_epoch(result)
+    assert sorted(accuracy) == list(range(1, epochs + 1)) and accuracy[epochs] >= 0.90, accuracy
+    assert {p.name for p in (root / "model").iterdir()} == {"1", "model.json"}
+    assert json.loads((root / "model" / "model.json").read_text())["strategy"] == "mirrored_strategy"
+
+    root = digits_job(tmp_path / "refused", digits_channels, {"sagemaker_program": "builtin:pytorch",
+                                                              "cpu-replicas": 2})
+    result = run_train(root, timeout_s=300)   # a trainer-specific option elsewhere is an error, not ignored
+    assert result.returncode == 2 and "unrecognized arguments: --cpu-replicas 2" in result.failure, result.output[-3000:]

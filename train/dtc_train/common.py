@@ -23,8 +23,10 @@ METRIC_LINE = ("epoch={epoch}/{epochs} train_loss={train_loss:.4f} train_accurac
                "epoch_seconds={epoch_seconds:.2f} samples_per_second={samples_per_second:.1f}")
 
 
-def parse_args(description: str, argv: list[str] | None = None) -> argparse.Namespace:
-    """The hyperparameters both trainers accept (SageMaker passes them as ``--name value``).
+def parse_args(description: str, argv: list[str] | None = None,
+               add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """The hyperparameters every trainer accepts (SageMaker passes them as ``--name value``), and
+    those ``add_arguments`` adds for one trainer alone (another trainer refuses them as unknown).
 
     ``learning-rate`` is per worker: the optimizer uses ``learning_rate * world_size`` with the
     global batch ``batch_size * world_size`` (linear scaling, Goyal et al. 2017, as Horovod's
@@ -60,6 +62,8 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
                         help="end-of-training plots and summary (uploaded in output.tar.gz)")
     parser.add_argument("--progress-seconds", type=float, default=30.0,
                         help="at most one progress line per this many seconds within an epoch; 0: none")
+    if add_arguments:
+        add_arguments(parser)
     args = parser.parse_args(argv)
     for name in ("epochs", "batch_size", "dali_threads"):
         if getattr(args, name) < 1:

@@ -1,10 +1,15 @@
-"""Built-in trainer: TensorFlow ``MultiWorkerMirroredStrategy`` (synchronous data parallelism,
-one process per host using its local devices), input through ``tf.data``.
+"""Built-in trainer: TensorFlow's mirrored strategies (synchronous data parallelism, one process
+per host using every local device), input through ``tf.data``.
 
-Run with ``TF_CONFIG`` listing the workers (``train`` with
-``sagemaker_multi_worker_mirrored_strategy_enabled`` writes it); without it, one worker.
+With ``TF_CONFIG`` listing the workers (``train`` with
+``sagemaker_multi_worker_mirrored_strategy_enabled`` writes it): ``MultiWorkerMirroredStrategy``.
+Without it (one host, no distribution): ``MirroredStrategy`` over every visible GPU (NCCL
+all-reduce), as SageMaker's TensorFlow containers expect a single-process script to do (the
+seed articles' replacement for Keras's removed ``multi_gpu_model``); on a host without GPUs one
+CPU replica, or ``cpu-replicas`` logical CPU devices (TensorFlow's own way to test mirrored code
+without GPUs: ``tf.config.set_logical_device_configuration``).
 The training channel is read into memory and auto-sharded by the strategy (``DATA`` policy:
-each worker takes its part of every global batch); gradients are
+each replica takes its part of every global batch of ``batch-size`` x replicas); gradients are
 all-reduced by the strategy's collectives; each epoch every worker scores the whole validation
 channel with its replica of the weights (identical on all workers, so the accuracy is exact
 and the same everywhere). Worker 0 (the chief) logs one metric line per epoch, writes the
@@ -15,9 +20,11 @@ saving. A restarted job resumes at the checkpoint's step with the same global ba
 uninterrupted job would have read (each epoch shuffled by the seed and the epoch, the steps
 done skipped).
 
-Hyperparameters: see ``dtc_train.common.parse_args`` (``--batch-size`` is per worker).
+Hyperparameters: see ``dtc_train.common.parse_args`` (``--batch-size`` is per replica), and
+``--cpu-replicas`` (above).
 """
 
+import argparse
 import json
 import math
 import os
@@ -99,13 +106,49 @@ def _restore_on_every_worker(strategy, args, model, is_chief: bool) -> tuple[int
     return epoch, step
 
 
+def _replicas(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"use a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cpu-replicas", type=_replicas, default=1,
+                        help="one host without GPUs and no distribution: mirror over this many logical CPU "
+                             "devices (to exercise MirroredStrategy without GPUs)")
+
+
+def choose_strategy(cpu_replicas: int) -> tuple[tf.distribute.Strategy, str]:
+    """``MultiWorkerMirroredStrategy`` under ``TF_CONFIG``, else ``MirroredStrategy`` over every
+    visible GPU, or over ``cpu_replicas`` logical CPU devices on a host without GPUs. Returns the
+    strategy and its name for logs and ``model.json``. Must run before TensorFlow initializes its
+    devices (logical devices cannot be configured after).
+
+    Raises:
+        ValueError: ``cpu_replicas`` above 1 under ``TF_CONFIG`` or on a host with GPUs.
+    """
+    gpus = tf.config.list_physical_devices("GPU")
+    if cpu_replicas > 1 and (os.environ.get("TF_CONFIG") or gpus):
+        raise ValueError(f"cpu-replicas={cpu_replicas} applies to one host without GPUs and no distribution; this job "
+                         + ("has TF_CONFIG (multi_worker_mirrored_strategy)" if os.environ.get("TF_CONFIG")
+                            else f"sees {len(gpus)} GPUs, which MirroredStrategy uses") + ": remove cpu-replicas")
+    if os.environ.get("TF_CONFIG"):
+        return tf.distribute.MultiWorkerMirroredStrategy(), "multi_worker_mirrored"
+    if gpus:
+        return tf.distribute.MirroredStrategy(), "mirrored"
+    if cpu_replicas > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * cpu_replicas)
+    return tf.distribute.MirroredStrategy([f"/cpu:{index}" for index in range(cpu_replicas)]), "mirrored"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    args = common.parse_args(__doc__.split("\n\n")[0], argv, _add_arguments)
     stop_request = stop.StopRequest()
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    strategy, name = choose_strategy(args.cpu_replicas)
     stop_request.install()   # back from TensorFlow's own SIGTERM handler (StopRequest.install)
     resolver = strategy.cluster_resolver
-    task_type, task_id = resolver.task_type or "worker", resolver.task_id or 0
+    task_type, task_id = (resolver.task_type or "worker", resolver.task_id or 0) if resolver else ("worker", 0)
     workers = len(json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {}).get("worker", [None]))
     is_chief = task_id == 0
     common.configure_logging(task_id)
@@ -117,10 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     replicas = strategy.num_replicas_in_sync
     global_batch = args.batch_size * replicas
     steps = math.ceil(len(train_labels) / global_batch)
-    common.log.info("TensorFlow %s MultiWorkerMirroredStrategy: %s %d of %d workers (host %s), %d replicas on %s; "
-                    "%d training images (%d steps/epoch), %d validation images", tf.__version__, task_type, task_id,
-                    workers, contract.current_host(), replicas, ", ".join(strategy.extended.worker_devices),
-                    len(train_labels), steps, len(validation[1]))
+    common.log.info("TensorFlow %s %s: %s %d of %d workers (host %s), %d replicas on %s; "
+                    "%d training images (%d steps/epoch), %d validation images", tf.__version__,
+                    type(strategy).__name__, task_type, task_id, workers, contract.current_host(), replicas,
+                    ", ".join(strategy.extended.worker_devices), len(train_labels), steps, len(validation[1]))
 
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
@@ -139,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
         model.optimizer.build(model.trainable_variables)
     epoch, step = _restore_on_every_worker(strategy, args, model, is_chief)
-    observer = observe.Observer(args, task_id, workers, steps, global_batch, "multi_worker_mirrored")
+    observer = observe.Observer(args, task_id, workers, steps, global_batch, name)
     stopper = tf_checkpoint.StopAndCheckpoint(args, stop_request, _sum_over_workers(strategy), is_chief, steps)
     report = EpochReport(validation, observer, stopper)
     try:
@@ -153,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     common.emit(f"rank={task_id} world_size={workers} final_weights_sha256={digest}")
     model_dir = args.model_dir if is_chief else tempfile.mkdtemp(prefix="dtc-mwms-worker-")
     tf_model.save(model, model_dir, val_accuracy=report.val_accuracy, epochs=args.epochs, world_size=workers,
-                  strategy="multi_worker_mirrored_strategy")
+                  strategy=f"{name}_strategy")
     observer.close()
     return 0
 
