@@ -146,4 +146,5 @@ def test_tensorflow_without_a_distribution_mirrors_over_the_hosts_devices(digits
     root = digits_job(tmp_path / "refused", digits_channels, {"sagemaker_program": "builtin:pytorch",
                                                               "cpu-replicas": 2})
     result = run_train(root, timeout_s=300)   # a trainer-specific option elsewhere is an error, not ignored
-    assert result.returncode == 2 and "unrecognized arguments: --cpu-replicas 2" in result.failure, result.output[-3000:]
+    assert result.returncode == 2, result.output[-3000:]
+    assert "unrecognized arguments: --cpu-replicas 2" in result.failure, result.failure
