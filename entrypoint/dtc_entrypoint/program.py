@@ -191,7 +191,7 @@ def install_dependencies(config: JobConfig) -> None:
     a stop signal reaches it and its stderr is relayed as it comes. The CodeArtifact index of
     ``CA_REPOSITORY_ARN`` is used as the toolkit uses it (``modules._get_codeartifact_index``).
     On a warm pool with a persistent cache, pip keeps its downloads and wheels there
-    (``PIP_CACHE_DIR``, ``config.cache_env``), so the next job on the instance installs offline.
+    (``PIP_CACHE_DIR``, ``config.cache_env``) for the next job on the instance to reuse.
 
     Raises:
         DependencyError: pip failed; the message starts with pip's last ``ERROR:`` line.
