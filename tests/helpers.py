@@ -442,13 +442,16 @@ def run_cluster(job_dir: Path, *args: str, image: str | None = None, timeout_s: 
     return done, read_json(job_dir / "result.json")
 
 
-def check_two_host_job(name: str, tmp_path: Path, image: str | None = None) -> None:
+def check_two_host_job(name: str, tmp_path: Path, image: str | None = None,
+                       extra_args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """The strategy ``name`` (``STRATEGIES``) trains builtin:<framework> on two hosts from scratch
-    and finishes as ``check_finished_two_host_job`` says."""
+    (``extra_args``: more ``dtc_local.cluster`` flags) and finishes as
+    ``check_finished_two_host_job`` says. Returns the cluster's process (its output)."""
     strategy = STRATEGIES[name]
     done, result = run_cluster(tmp_path / "job", *strategy.cluster_args(), "-p", f"epochs={strategy.cluster_epochs}",
-                               image=image)
+                               *extra_args, image=image)
     check_finished_two_host_job(name, done, result, tmp_path / "job")
+    return done
 
 
 def check_finished_two_host_job(name: str, done: subprocess.CompletedProcess, result: dict, job_dir: Path,

@@ -26,8 +26,8 @@ What it does, in order:
 Usage: ``python -m dtc_local.cluster --image dtc:cpu --instance-count 2 --distribution mpi
 --processes-per-host 2 --program builtin:pytorch -p epochs=10`` or ``--job-file job.json``
 (same keys, underscores: image, instance_count, processes_per_host, distribution, program,
-source_dir, hyperparameters, channels, gpus, environment, subnet, peer_grace_s, checkpoint_dir,
-command, name).
+source_dir, hyperparameters, channels, sharded_channels, gpus, environment, subnet, peer_grace_s,
+checkpoint_dir, command, name).
 ``make cluster`` wraps it.
 """
 
@@ -74,6 +74,9 @@ class ClusterJob:
         source_dir: host directory mounted at ``/opt/ml/code`` (SDK local mode's ``local_code``).
         hyperparameters: the user's, JSON-encoded into hyperparameters.json like SDK v2.
         channels: channel name -> host directory, mounted read-only at ``/opt/ml/input/data/<name>``.
+        sharded_channels: channels delivered ``ShardedByS3Key``: each host's tree gets its own
+            part of the channel's files (``job_tree.host_part``) instead of the mount, and
+            inputdataconfig.json says ``ShardedByS3Key``.
         gpus: ``none`` or ``all`` (every container sees every GPU).
         instance_type: resourceconfig's ``current_instance_type``.
         environment: variables set in every container (the estimator's ``environment``), on
@@ -105,6 +108,7 @@ class ClusterJob:
     source_dir: str | None = None
     hyperparameters: Mapping[str, object] = field(default_factory=dict)
     channels: Mapping[str, str] = field(default_factory=dict)
+    sharded_channels: tuple[str, ...] = ()
     gpus: str = "none"
     instance_type: str = "ml.c5.xlarge"
     environment: Mapping[str, str] = field(default_factory=dict)
@@ -179,18 +183,26 @@ def job_hyperparameters(job: ClusterJob) -> dict[str, object]:
 
 def write_trees(job: ClusterJob, job_dir: str) -> dict[str, str]:
     """Writes ``<job_dir>/<host>/`` for every host. Returns host -> tree."""
+    unknown = sorted(set(job.sharded_channels) - set(job.channels))
+    if unknown:
+        raise ValueError(f"sharded_channels names {unknown}, which are not among the channels {sorted(job.channels)}")
     trees = {}
-    for host in job.hosts:
+    for index, host in enumerate(job.hosts):
         trees[host] = job_tree.write(
             os.path.join(job_dir, host), hyperparameters=job_hyperparameters(job), channels=tuple(job.channels),
-            hosts=job.hosts, current_host=host, instance_type=job.instance_type)
+            hosts=job.hosts, current_host=host, instance_type=job.instance_type,
+            sharded_channels=job.sharded_channels)
+        for name in job.sharded_channels:
+            job_tree.host_part(job.channels[name], os.path.join(trees[host], "input", "data", name),
+                               job.instance_count, index)
     return trees
 
 
 def volumes(job: ClusterJob, tree: str) -> list[str]:
     """``host_path:container_path[:ro]`` mounts of one host: its tree, the channels, the code."""
     mounts = [f"{tree}:{CONTAINER_ML}"]
-    mounts += [f"{os.path.abspath(path)}:{CONTAINER_ML}/input/data/{name}:ro" for name, path in job.channels.items()]
+    mounts += [f"{os.path.abspath(path)}:{CONTAINER_ML}/input/data/{name}:ro" for name, path in job.channels.items()
+               if name not in job.sharded_channels]
     if job.source_dir:
         mounts.append(f"{os.path.abspath(job.source_dir)}:{CONTAINER_ML}/code")
     if job.checkpoint_dir:
@@ -417,6 +429,7 @@ def _job_from(args: argparse.Namespace) -> ClusterJob:
     spec["channels"] = channels
     if "command" in spec:
         spec["command"] = tuple(spec["command"])
+    spec["sharded_channels"] = tuple(spec.get("sharded_channels", ())) + tuple(args.sharded_channel)
     if "image" not in spec:
         raise SystemExit("cluster: no image: pass --image or set \"image\" in the job file")
     if spec.get("distribution", "mpi") not in DISTRIBUTIONS:
@@ -444,6 +457,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("-p", "--hyperparameter", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--channel", action="append", default=[], metavar="NAME=DIR",
                         help="a channel (default: the digits data set as training and validation)")
+    parser.add_argument("--sharded-channel", action="append", default=[], metavar="NAME",
+                        help="deliver this channel ShardedByS3Key: each host gets its part of the files")
     parser.add_argument("--job-dir", default="build/cluster")
     parser.add_argument("--timeout-s", type=float, default=3600)
     parser.add_argument("--engine", choices=("auto", "docker", "podman"), default="auto")

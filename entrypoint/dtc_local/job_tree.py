@@ -5,7 +5,8 @@ Files (sagemaker-contract.md a.2-a.3):
 * ``input/config/resourceconfig.json``: the service's shape, with ``instance_groups`` whose
   ``hosts`` list starts with the current host (as observed on the real service), or the SDK
   local-mode shape (no groups) with ``--local-mode-shape``;
-* ``input/config/inputdataconfig.json``: one entry per channel, File mode, FullyReplicated;
+* ``input/config/inputdataconfig.json``: one entry per channel, File mode, FullyReplicated
+  (``ShardedByS3Key`` for the channels in ``sharded_channels``);
 * ``input/config/hyperparameters.json``: every value a string, encoded like SDK v2's
   ``Framework`` estimators (``json``: ``json.dumps(value)``) or the generic ``Estimator``
   without ``source_dir`` (``str``: ``str(value)``, so ``False`` is ``"False"``);
@@ -46,9 +47,31 @@ def resource_config(hosts: Sequence[str], current_host: str, instance_type: str 
     }
 
 
-def input_data_config(channels: Sequence[str]) -> dict:
-    return {c: {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated",
+def input_data_config(channels: Sequence[str], sharded_channels: Sequence[str] = ()) -> dict:
+    return {c: {"TrainingInputMode": "File",
+                "S3DistributionType": "ShardedByS3Key" if c in sharded_channels else "FullyReplicated",
                 "RecordWrapperType": "None"} for c in channels}
+
+
+def host_part(source: str, destination: str, instance_count: int, host_index: int) -> list[str]:
+    """Fills ``destination`` with host ``host_index``'s part (0-based) of the channel at ``source``
+    when the channel is ``ShardedByS3Key`` over ``instance_count`` hosts: every file is an S3
+    object, keyed by its path below the channel; the sorted keys are dealt out in turn, key ``k``
+    to host ``k mod instance_count``. SageMaker gives each instance about 1/N of the objects
+    (S3DataSource ``S3DataDistributionType``) without documenting which; dealing in turn gives
+    every host a part of every class folder when the folders hold more files than hosts.
+    Files are hard-linked (copied across file systems). Returns the keys written, sorted."""
+    keys = sorted(os.path.relpath(os.path.join(folder, name), source)
+                  for folder, _, names in os.walk(source) for name in names)
+    part = keys[host_index::instance_count]
+    for key in part:
+        target = os.path.join(destination, key)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        try:
+            os.link(os.path.join(source, key), target)
+        except OSError:
+            shutil.copy2(os.path.join(source, key), target)
+    return part
 
 
 def _write_json(path: str, data: object) -> None:
@@ -59,11 +82,11 @@ def _write_json(path: str, data: object) -> None:
 def write(root: str, *, hyperparameters: Mapping[str, object], channels: Sequence[str] = (),
           hosts: Sequence[str] = ("algo-1",), current_host: str = "algo-1", encoding: str = "json",
           instance_type: str = "ml.c5.xlarge", local_mode_shape: bool = False,
-          clean: bool = True) -> str:
+          clean: bool = True, sharded_channels: Sequence[str] = ()) -> str:
     """Writes the tree at ``root`` (removing an old one first unless ``clean`` is False).
 
-    Channel directories are created empty; fill them (``dtc_train.digits.export``) afterwards.
-    Returns ``root``.
+    Channel directories are created empty; fill them (``dtc_train.digits.export``, or a host's
+    part of a channel in ``sharded_channels``: ``host_part``) afterwards. Returns ``root``.
     """
     if clean and os.path.exists(root):
         shutil.rmtree(root)
@@ -74,7 +97,7 @@ def write(root: str, *, hyperparameters: Mapping[str, object], channels: Sequenc
         os.makedirs(os.path.join(root, "input", "data", channel), exist_ok=True)
     _write_json(os.path.join(config_dir, "resourceconfig.json"),
                 resource_config(hosts, current_host, instance_type, local_mode_shape))
-    _write_json(os.path.join(config_dir, "inputdataconfig.json"), input_data_config(channels))
+    _write_json(os.path.join(config_dir, "inputdataconfig.json"), input_data_config(channels, sharded_channels))
     _write_json(os.path.join(config_dir, "hyperparameters.json"), encode_hyperparameters(hyperparameters, encoding))
     return root
 

@@ -53,18 +53,10 @@ def test_a_missing_or_empty_channel_is_named(tmp_path, make, message):
     assert str(root) in str(raised.value)
 
 
-@pytest.mark.parametrize("hosts, distribution, refused", [
-    (("algo-1", "algo-2"), "ShardedByS3Key", True),
-    (("algo-1",), "ShardedByS3Key", False),            # one host holds every shard
-    (("algo-1", "algo-2"), "FullyReplicated", False),
-])
-def test_a_sharded_channel_on_several_hosts_is_refused_naming_what_to_set(tmp_path, monkeypatch, hosts, distribution,
-                                                                         refused):
-    """Built-in trainers shard a full copy by rank; ShardedByS3Key gives each host a different part."""
+def _sharded_job(tmp_path, monkeypatch, hosts, distribution):
     import json
 
     from dtc_local import job_tree
-    from dtc_train import contract
 
     root = tmp_path / "opt" / "ml"
     job_tree.write(str(root), hyperparameters={}, channels=("training",), hosts=hosts)
@@ -74,13 +66,100 @@ def test_a_sharded_channel_on_several_hosts_is_refused_naming_what_to_set(tmp_pa
     config.write_text(json.dumps(channels))
     monkeypatch.setenv("SAGEMAKER_BASE_DIR", str(root))
     monkeypatch.delenv("SM_CHANNEL_TRAINING", raising=False)
-    if refused:
+    return root
+
+
+@pytest.mark.parametrize("hosts, distribution, host_sharded", [
+    (("algo-1", "algo-2"), "ShardedByS3Key", True),
+    (("algo-1",), "ShardedByS3Key", False),            # one host holds every shard
+    (("algo-1", "algo-2"), "FullyReplicated", False),
+])
+def test_a_sharded_channel_on_several_hosts_is_read_by_the_dali_trainers_and_refused_by_the_others(
+        tmp_path, monkeypatch, hosts, distribution, host_sharded):
+    """Each host of a ShardedByS3Key job holds a different part: the DALI trainers (Horovod, DDP)
+    split the host's part among its ranks (dali_data); MultiWorkerMirrored and the parameter
+    server give every worker the whole channel, so they refuse it."""
+    from dtc_train import contract
+
+    root = _sharded_job(tmp_path, monkeypatch, hosts, distribution)
+    assert contract.channel_dir("training") == str(root / "input" / "data" / "training")
+    assert contract.host_sharded("training") is host_sharded and contract.instance_count() == len(hosts)
+    if host_sharded:
         with pytest.raises(ValueError, match=r"^channel 'training' is ShardedByS3Key \(input/config/inputdataconfig"
-                                             r"\.json\) on 2 hosts.*set the channel's S3DataDistributionType to "
-                                             r"FullyReplicated"):
-            contract.channel_dir("training")
+                                             r"\.json\) on 2 hosts, but builtin:tensorflow under parameter_server "
+                                             r"needs every host to hold the whole channel: set the channel's "
+                                             r"S3DataDistributionType to FullyReplicated.*or run it with mpi"):
+            contract.refuse_host_sharded("training", "parameter_server")
     else:
-        assert contract.channel_dir("training") == str(root / "input" / "data" / "training")
+        contract.refuse_host_sharded("training", "parameter_server")
+
+
+def test_sharded_steps_are_the_smallest_shards_and_the_rest_is_counted():
+    from dtc_train import dali_data
+
+    # shards of 300, 299 (host 1) and 100, 99 (host 2) in batches of 32: ceil(99/32) = 4 steps of
+    # 128 samples per rank; host 1's ranks leave 172 + 171 unread, host 2's none (99 wraps around)
+    assert dali_data.sharded_steps([300, 299, 100, 99], 32) == (4, 343)
+    assert dali_data.sharded_steps([64, 64], 32) == (2, 0)
+    assert dali_data.sharded_steps([5, 70], 32) == (1, 70 - 32)
+
+
+def test_a_host_without_files_or_with_fewer_files_than_ranks_fails_every_rank_naming_it():
+    from dtc_train.dali_data import HostPart, check_host_parts
+
+    classes = ("0", "1")
+    check_host_parts("training", [HostPart("algo-1", 10, 5, classes), HostPart("algo-2", 1, 1, classes)], 2)
+    with pytest.raises(ValueError, match=r"^channel 'training' is ShardedByS3Key over 3 instances and host\(s\) "
+                                         r"algo-3 received no image files: give the channel at least 3 S3 objects"):
+        check_host_parts("training", [HostPart("algo-1", 10, 10, classes), HostPart("algo-2", 4, 4, classes),
+                                      HostPart("algo-3", 0, 0, ())], 3)
+    with pytest.raises(ValueError, match=r"^channel 'validation' is ShardedByS3Key over 2 instances and host algo-2 "
+                                         r"received 1 image files for its 2 processes: every rank needs one"):
+        check_host_parts("validation", [HostPart("algo-1", 8, 4, classes), HostPart("algo-1", 8, 4, classes),
+                                        HostPart("algo-2", 1, 1, classes), HostPart("algo-2", 1, 0, classes)], 2)
+
+
+def test_a_hosts_part_missing_a_class_folder_keeps_every_label(tmp_path):
+    """Labels follow the union of every host's class folders: a host whose part lacks class
+    "cat" must still label "dog" 1, as the host with both does."""
+    root = _image_folder(tmp_path / "training", {"dog": 2})
+    part = channel.list_images(str(root)).with_classes(("cat", "dog"))
+    assert part.classes == ("cat", "dog") and set(part.labels) == {1}
+    with pytest.raises(ValueError, match=r"class folders \['dog'\] are not among \['cat'\]"):
+        channel.list_images(str(root)).with_classes(("cat",))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert len(channel.list_images(str(empty), allow_empty=True)) == 0
+
+
+def test_a_local_cluster_deals_a_sharded_channels_objects_to_the_hosts(tmp_path):
+    """dtc_local's stand-in for S3's ShardedByS3Key: every file goes to exactly one host, each
+    host's tree holds only its part, and its inputdataconfig.json says ShardedByS3Key."""
+    import json
+
+    from dtc_local import cluster
+
+    source = _image_folder(tmp_path / "data" / "training", {"cat": 5, "dog": 4})
+    (source / "_SUCCESS").write_text("")
+    job = cluster.ClusterJob(image="x", instance_count=3, channels={"training": str(source),
+                                                                    "validation": str(source)},
+                             sharded_channels=("training",))
+    trees = cluster.write_trees(job, str(tmp_path / "job"))
+    parts = {host: sorted(str(p.relative_to(tree + "/input/data/training")) for p in
+                          (tmp_path / "job" / host / "input" / "data" / "training").rglob("*") if p.is_file())
+             for host, tree in trees.items()}
+    every = sorted(str(p.relative_to(source)) for p in source.rglob("*") if p.is_file())
+    assert sorted(sum(parts.values(), [])) == every and all(len(part) in (3, 4) for part in parts.values())
+    for host, tree in trees.items():
+        config = json.loads((tmp_path / "job" / host / "input" / "config" / "inputdataconfig.json").read_text())
+        assert config["training"]["S3DistributionType"] == "ShardedByS3Key"
+        assert config["validation"]["S3DistributionType"] == "FullyReplicated"
+        mounts = cluster.volumes(job, tree)
+        assert not any(m.endswith("/input/data/training:ro") for m in mounts)
+        assert any(m.endswith("/input/data/validation:ro") for m in mounts)
+    with pytest.raises(ValueError, match=r"sharded_channels names \['test'\]"):
+        cluster.write_trees(cluster.ClusterJob(image="x", channels={"training": str(source)},
+                                               sharded_channels=("test",)), str(tmp_path / "job2"))
 
 
 def _add_corrupt_images(root) -> list[str]:

@@ -50,6 +50,21 @@ class Channel:
     def __len__(self) -> int:
         return len(self.files)
 
+    def with_classes(self, classes: tuple[str, ...]) -> "Channel":
+        """This listing labelled by ``classes`` (sorted, a superset of ``self.classes``): the
+        union of every host's class folders when each host holds a part of the channel, one of
+        which may lack a class.
+
+        Raises:
+            ValueError: ``classes`` lacks one of this listing's classes.
+        """
+        missing = sorted(set(self.classes) - set(classes))
+        if missing:
+            raise ValueError(f"channel {self.root}: class folders {missing} are not among {list(classes)}")
+        index = {name: label for label, name in enumerate(classes)}
+        labels = tuple(index[self.classes[label]] for label in self.labels)
+        return Channel(self.root, tuple(classes), self.files, labels, self.ignored, self.corrupt)
+
     def log_ignored(self, log: logging.Logger) -> None:
         """One warning line naming what was skipped (the first ``IGNORED_SHOWN`` paths)."""
         if self.ignored:
@@ -77,12 +92,15 @@ def _is_readable_image(path: str) -> bool:
         return False
 
 
-def list_images(root: str, corrupt_images: str = "fail") -> Channel:
-    """Lists the channel at ``root``; ``corrupt_images``: ``fail``, ``skip`` or ``off`` (above).
+def list_images(root: str, corrupt_images: str = "fail", allow_empty: bool = False) -> Channel:
+    """Lists the channel at ``root``; ``corrupt_images``: ``fail``, ``skip`` or ``off`` (above);
+    ``allow_empty``: return a listing without files instead of raising (a host's part of a
+    ``ShardedByS3Key`` channel, which every rank checks together: ``dali_data.rank_data``).
 
     Raises:
         FileNotFoundError: ``root`` does not exist, or holds no image file in a class folder
-            (the message names the directory and what was found instead).
+            and ``allow_empty`` is False (the message names the directory and what was found
+            instead).
         ValueError: corrupt image files with ``corrupt_images="fail"`` (named, with the option
             that skips them), or an unknown ``corrupt_images``.
     """
@@ -117,7 +135,7 @@ def list_images(root: str, corrupt_images: str = "fail") -> Channel:
         bad = set(corrupt)
         kept = [(path, label) for path, label in zip(files, labels, strict=True) if path not in bad]
         files, labels = [path for path, _ in kept], [label for _, label in kept]
-    if not files:
+    if not files and not allow_empty:
         raise FileNotFoundError(
             f"channel {root} has no image files in class folders (<class>/<name>.jpg|png|...); "
             f"found: {', '.join(ignored[:IGNORED_SHOWN]) or 'nothing'}")

@@ -35,12 +35,13 @@ def output_data_dir() -> str:
 def channel_dir(name: str) -> str:
     """``$SM_CHANNEL_<NAME>``, else ``<base>/input/data/<name>``: the directory of files the
     built-in trainers read, in ``File`` or ``FastFile`` mode alike (FastFile presents the S3
-    objects as files, fetched as they are read).
+    objects as files, fetched as they are read). On a ``ShardedByS3Key`` channel of several hosts
+    it holds this host's part (``host_sharded``).
 
     Raises:
-        ValueError: the channel cannot be read as one full directory (``refuse_unreadable_channel``).
+        ValueError: the channel is in Pipe mode (``refuse_pipe_channel``).
     """
-    refuse_unreadable_channel(name)
+    refuse_pipe_channel(name)
     return os.environ.get(f"SM_CHANNEL_{name.upper()}") or os.path.join(base_dir(), "input", "data", name)
 
 
@@ -60,16 +61,24 @@ def channel_input_mode(name: str) -> str:
     return _read_config("inputdataconfig.json").get(name, {}).get("TrainingInputMode") or "File"
 
 
-def refuse_unreadable_channel(name: str) -> None:
-    """Refuses, before any data is read, a channel the built-in trainers cannot read:
+def instance_count() -> int:
+    """The job's hosts in ``input/config/resourceconfig.json`` (1 when it is absent)."""
+    return len(_read_config("resourceconfig.json").get("hosts", [])) or 1
 
-    * ``TrainingInputMode: Pipe``: SageMaker streams the channel through FIFOs
-      ``<channel>_<epoch>`` (one pass each) instead of a directory of files; the trainers shuffle
-      and re-read an image folder.
-    * ``S3DistributionType: ShardedByS3Key`` on a job of several hosts: each host holds a
-      different part, while the trainers give each rank its share of a full copy, so sharding by
-      global rank would skip data and leave hosts with different step counts, and collectives
-      would wait forever.
+
+def host_sharded(name: str) -> bool:
+    """Whether each host holds a different part of the channel: ``S3DistributionType``
+    ``ShardedByS3Key`` in ``input/config/inputdataconfig.json`` on a job of several hosts
+    (SageMaker's S3DataSource: each instance receives about 1/N of the S3 objects; one host
+    holds them all)."""
+    setting = _read_config("inputdataconfig.json").get(name, {}).get("S3DistributionType")
+    return setting == "ShardedByS3Key" and instance_count() > 1
+
+
+def refuse_pipe_channel(name: str) -> None:
+    """Refuses, before any data is read, a channel in ``TrainingInputMode: Pipe``: SageMaker
+    streams it through FIFOs ``<channel>_<epoch>`` (one pass each) instead of a directory of
+    files, and the built-in trainers shuffle and re-read an image folder.
 
     Raises:
         ValueError: naming the channel, the file and what to set instead.
@@ -79,14 +88,22 @@ def refuse_unreadable_channel(name: str) -> None:
             f"channel {name!r} is in Pipe mode (TrainingInputMode in input/config/inputdataconfig.json), but the "
             "built-in trainers read a directory of image files: start the job with the channel in File or FastFile "
             "mode (SDK v2: the estimator's input_mode='FastFile', or TrainingInput(..., input_mode='FastFile'))")
-    setting = _read_config("inputdataconfig.json").get(name, {}).get("S3DistributionType")
-    hosts = _read_config("resourceconfig.json").get("hosts", [])
-    if setting == "ShardedByS3Key" and len(hosts) > 1:
+
+
+def refuse_host_sharded(name: str, strategy: str) -> None:
+    """Refuses a ``host_sharded`` channel for a trainer that gives every worker the whole channel
+    (``strategy``: its distribution, for the message): sharding a host's part again by worker
+    would skip data and leave workers with different step counts.
+
+    Raises:
+        ValueError: naming the channel, the file, the instance count and what to set instead.
+    """
+    if host_sharded(name):
         raise ValueError(
-            f"channel {name!r} is ShardedByS3Key (input/config/inputdataconfig.json) on {len(hosts)} hosts, but "
-            "the built-in trainers need every host to hold the whole channel (they give each rank its share): set the "
-            "channel's S3DataDistributionType to FullyReplicated (SDK v2: TrainingInput(..., "
-            "distribution='FullyReplicated'), the default)")
+            f"channel {name!r} is ShardedByS3Key (input/config/inputdataconfig.json) on {instance_count()} hosts, "
+            f"but builtin:tensorflow under {strategy} needs every host to hold the whole channel: set the channel's "
+            "S3DataDistributionType to FullyReplicated (SDK v2: TrainingInput(..., distribution='FullyReplicated'), "
+            "the default), or run it with mpi (Horovod), whose trainer reads ShardedByS3Key channels")
 
 
 def checkpoint_dir() -> str:

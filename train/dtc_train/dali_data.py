@@ -9,13 +9,17 @@ the trainer has one, and normalised to float32 in [0, 1]. Without a GPU the pipe
 Sharding: reader shard ``i`` of ``S`` holds samples
 ``[floor(i*N/S), floor((i+1)*N/S))`` of the sorted file list, the formula of DALI's
 ``_calculate_shard_sizes`` in ``nvidia/dali/plugin/base_iterator.py``; the shards are disjoint
-and cover the data set, so per-rank sums add up to exact totals.
+and cover the data set, so per-rank sums add up to exact totals. A channel whose hosts each hold
+a different part (``ShardedByS3Key`` on several hosts) is sharded among the host's ranks instead
+(``local_rank`` of ``local_size``): the shards of all hosts are still disjoint and cover every
+host's files, and every rank runs the steps of the smallest shard (``sharded_steps``).
 """
 
 import logging
 import math
 from dataclasses import dataclass
 
+from . import contract
 from .channel import Channel, list_images
 
 log = logging.getLogger("dtc.train")
@@ -102,59 +106,207 @@ def image_pipeline(listing: Channel, batch_size: int, shard_id: int, num_shards:
 
 
 @dataclass(frozen=True)
+class Place:
+    """Where this rank runs.
+
+    Attributes:
+        rank / size: the global rank and the world size.
+        local_rank / local_size: the rank on this host and the host's ranks (processes per host).
+        host: this host's name (``contract.current_host``: ``algo-N``).
+    """
+
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    host: str
+
+
+@dataclass(frozen=True)
+class HostPart:
+    """One rank's report of its host's part of a ``ShardedByS3Key`` channel (gathered from all).
+
+    Attributes:
+        host: the rank's host.
+        files: image files on that host.
+        shard: samples of this rank's shard of them.
+        classes: the host's class folders, sorted.
+    """
+
+    host: str
+    files: int
+    shard: int
+    classes: tuple[str, ...]
+
+
+def check_host_parts(name: str, parts: list[HostPart], instances: int) -> None:
+    """Refuses a ``ShardedByS3Key`` channel on which a host received no image file, or fewer
+    files than its ranks (a rank with an empty shard could run no step, and every rank runs as
+    many steps as the smallest shard allows).
+
+    Raises:
+        ValueError: naming the channel, the hosts, the instance count and what to change.
+    """
+    empty = sorted({part.host for part in parts if part.files == 0})
+    if empty:
+        raise ValueError(
+            f"channel {name!r} is ShardedByS3Key over {instances} instances and host(s) {', '.join(empty)} received "
+            f"no image files: give the channel at least {instances} S3 objects (one per instance, SageMaker "
+            "splits the objects, not the images), run fewer instances, or set its S3DataDistributionType to "
+            "FullyReplicated")
+    short = sorted({(part.host, part.files) for part in parts if part.shard == 0})
+    if short:
+        host, files = short[0]
+        raise ValueError(
+            f"channel {name!r} is ShardedByS3Key over {instances} instances and host {host} received {files} image "
+            f"files for its {sum(p.host == host for p in parts)} processes: every rank needs one; run fewer "
+            "processes per host or give the channel more files")
+
+
+def sharded_steps(shards: list[int], batch_size: int) -> tuple[int, int]:
+    """Steps per epoch on a host-sharded training channel, and the samples left unread per epoch.
+
+    Every rank must run the same number of steps (each step is a collective), so it is the
+    smallest over ranks of ``ceil(shard / batch_size)``; a larger shard reads ``steps *
+    batch_size`` of its samples per epoch, and its reader goes on with the rest in the next
+    (shuffled) epoch.
+
+    Args:
+        shards: samples of every rank's shard (all positive: ``check_host_parts``).
+        batch_size: samples per batch on each rank.
+
+    Returns:
+        (steps per epoch, samples over all ranks not read in an epoch).
+    """
+    steps = min(math.ceil(shard / batch_size) for shard in shards)
+    return steps, sum(max(0, shard - steps * batch_size) for shard in shards)
+
+
+@dataclass(frozen=True)
+class ChannelShard:
+    """This rank's part of one channel.
+
+    Attributes:
+        listing: the image files this rank's reader chooses from (the host's part of a
+            host-sharded channel, else the whole channel).
+        shard_id / num_shards: the reader's shard of ``listing``: the rank among the host's
+            ranks for a host-sharded channel, else the global rank among all ranks.
+        total: the channel's images over every host.
+        host_sharded: each host holds a different part (``contract.host_sharded``).
+    """
+
+    listing: Channel
+    shard_id: int
+    num_shards: int
+    total: int
+    host_sharded: bool = False
+
+    @property
+    def shard(self) -> int:
+        """Samples in this rank's shard."""
+        return shard_size(len(self.listing), self.shard_id, self.num_shards)
+
+
+@dataclass(frozen=True)
 class RankData:
     """This rank's view of the training and validation channels, and their pipelines' settings.
 
     Attributes:
-        train / val: the channels' listings.
+        train / val: this rank's part of each channel.
         steps_per_epoch: training steps per epoch, equal on all ranks.
         val_shard: this rank's validation shard.
+        rank: the global rank (its training pipeline is shuffled with ``seed + rank``).
+        unread_per_epoch: training samples, over all ranks, not read in an epoch (host-sharded
+            training channels whose hosts' shards differ: ``sharded_steps``).
     """
 
-    train: Channel
-    val: Channel
+    train: ChannelShard
+    val: ChannelShard
     steps_per_epoch: int
     val_shard: Shard
-
-    @property
-    def train_total(self) -> int:
-        return len(self.train)
-
-    @property
-    def val_total(self) -> int:
-        return len(self.val)
+    rank: int
+    unread_per_epoch: int = 0
 
     def describe(self) -> str:
-        return (f"{self.train_total} training images ({self.steps_per_epoch} steps/epoch), "
-                f"{self.val_total} validation images ({self.val_shard.size} on this rank)")
+        sharded = " (ShardedByS3Key: this host's part)"
+        return (f"{self.train.total} training images{sharded if self.train.host_sharded else ''} "
+                f"({self.steps_per_epoch} steps/epoch), {self.val.total} validation images"
+                f"{sharded if self.val.host_sharded else ''} ({self.val_shard.size} on this rank)")
 
-    def pipelines(self, batch_size: int, rank: int, size: int, *, device_id: int | None, layout: str,
-                  seed: int, num_threads: int, train_position: str | None = None):
+    def pipelines(self, batch_size: int, *, device_id: int | None, layout: str, seed: int, num_threads: int,
+                  train_position: str | None = None):
         """(training, validation) pipelines for this rank, the training one resumed at
         ``train_position`` when given; see ``image_pipeline``."""
         common = dict(device_id=device_id, layout=layout, num_threads=num_threads)
-        return (self.train_pipeline(batch_size, rank, size, seed=seed, position=train_position, **common),
-                image_pipeline(self.val, batch_size, rank, size, training=False, **common))
+        return (self.train_pipeline(batch_size, seed=seed, position=train_position, **common),
+                self.val_pipeline(batch_size, **common))
 
-    def train_pipeline(self, batch_size: int, rank: int, size: int, *, device_id: int | None, layout: str,
-                       seed: int, num_threads: int, position: str | None = None):
+    def train_pipeline(self, batch_size: int, *, device_id: int | None, layout: str, seed: int, num_threads: int,
+                       position: str | None = None):
         """This rank's training pipeline (shuffled with ``seed + rank``); see ``image_pipeline``."""
-        return image_pipeline(self.train, batch_size, rank, size, training=True, seed=seed + rank, device_id=device_id,
-                              layout=layout, num_threads=num_threads, position=position)
+        return image_pipeline(self.train.listing, batch_size, self.train.shard_id, self.train.num_shards,
+                              training=True, seed=seed + self.rank, device_id=device_id, layout=layout,
+                              num_threads=num_threads, position=position)
+
+    def val_pipeline(self, batch_size: int, *, device_id: int | None, layout: str, num_threads: int):
+        """This rank's validation pipeline, its shard in order; see ``image_pipeline``."""
+        return image_pipeline(self.val.listing, batch_size, self.val.shard_id, self.val.num_shards, training=False,
+                              device_id=device_id, layout=layout, num_threads=num_threads)
 
 
-def rank_data(train_root: str, val_root: str, batch_size: int, rank: int, size: int,
+def _channel_shard(name: str, place: Place, allgather_object, corrupt_images: str) -> ChannelShard:
+    """Lists channel ``name`` and places this rank's reader in it. A host-sharded channel
+    (``contract.host_sharded``) is split among the host's ranks, its classes are the union of
+    every host's class folders (a host's part may lack one), and every rank checks every host's
+    part together (``check_host_parts``), so all fail alike instead of some waiting in a
+    collective for one that failed."""
+    root = contract.channel_dir(name)
+    if not contract.host_sharded(name):
+        listing = list_images(root, corrupt_images)
+        return ChannelShard(listing, place.rank, place.size, len(listing))
+    listing = list_images(root, corrupt_images, allow_empty=True)
+    own = HostPart(place.host, len(listing), shard_size(len(listing), place.local_rank, place.local_size),
+                   listing.classes)
+    parts = allgather_object(own)
+    check_host_parts(name, parts, contract.instance_count())
+    classes = tuple(sorted({folder for part in parts for folder in part.classes}))
+    total = sum({part.host: part.files for part in parts}.values())
+    return ChannelShard(listing.with_classes(classes), place.local_rank, place.local_size, total, host_sharded=True)
+
+
+def rank_data(train_channel: str, val_channel: str, batch_size: int, place: Place, allgather_object,
               corrupt_images: str = "fail") -> RankData:
-    """Lists both channels (rank 0 logs what it ignores) and derives this rank's steps and
-    validation shard.
+    """Lists both channels (rank 0 logs what it ignores) and derives this rank's readers, the
+    steps per epoch and the validation shard.
+
+    Args:
+        train_channel / val_channel: channel names (``contract.channel_dir``).
+        batch_size: samples per batch on each rank.
+        place: this rank's place in the job.
+        allgather_object: ``obj -> [obj of rank 0, obj of rank 1, ...]`` on every rank (the
+            trainer's collective; called only for host-sharded channels).
+        corrupt_images: ``channel.list_images``.
 
     Raises:
         FileNotFoundError: a channel is missing or has no images (``channel.list_images``).
-        ValueError: corrupt image files and ``corrupt_images="fail"`` (``channel.list_images``).
+        ValueError: corrupt image files and ``corrupt_images="fail"`` (``channel.list_images``);
+            a host-sharded channel with a host or a rank left without images (``check_host_parts``);
+            a channel in Pipe mode (``contract.channel_dir``).
     """
-    train, val = list_images(train_root, corrupt_images), list_images(val_root, corrupt_images)
-    if rank == 0:
-        train.log_ignored(log)
-        val.log_ignored(log)
-    return RankData(train, val, steps_per_epoch(len(train), batch_size, size),
-                    Shard(shard_size(len(val), rank, size), batch_size))
+    train = _channel_shard(train_channel, place, allgather_object, corrupt_images)
+    val = _channel_shard(val_channel, place, allgather_object, corrupt_images)
+    if place.rank == 0:
+        train.listing.log_ignored(log)
+        val.listing.log_ignored(log)
+    unread = 0
+    if train.host_sharded:
+        shards = allgather_object(train.shard)
+        steps, unread = sharded_steps(shards, batch_size)
+        if place.rank == 0:
+            log.info("channel %s is ShardedByS3Key over %d instances: %d training images, rank shards of %d to %d; "
+                     "%d steps per epoch on every rank (the smallest shard's), %d samples per epoch left for later "
+                     "epochs", train_channel, contract.instance_count(), train.total, min(shards), max(shards), steps,
+                     unread)
+    else:
+        steps = steps_per_epoch(train.total, batch_size, place.size)
+    return RankData(train, val, steps, Shard(val.shard, batch_size), place.rank, unread)

@@ -70,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     torch_common.set_threads_per_rank(local_size)
     collectives = _collectives(device)
 
-    data = dali_data.rank_data(contract.channel_dir(args.train_channel), contract.channel_dir(args.validation_channel),
-                               args.batch_size, rank, size, args.corrupt_images)
+    place = dali_data.Place(rank, size, local_rank, local_size, contract.current_host())
+    data = dali_data.rank_data(args.train_channel, args.validation_channel, args.batch_size, place,
+                               collectives.allgather_object, args.corrupt_images)
     common.log.info("PyTorch %s DDP (%s): rank %d/%d on %s (host %s); %s; DALI decodes on %s", torch.__version__,
                     dist.get_backend(), rank, size, device, contract.current_host(), data.describe(),
                     "gpu" if dali_device_id is not None else "cpu")

@@ -42,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     torch_common.set_threads_per_rank(hvd.local_size())
     collectives = _collectives()
 
-    data = dali_data.rank_data(contract.channel_dir(args.train_channel), contract.channel_dir(args.validation_channel),
-                               args.batch_size, rank, size, args.corrupt_images)
+    place = dali_data.Place(rank, size, hvd.local_rank(), hvd.local_size(), contract.current_host())
+    data = dali_data.rank_data(args.train_channel, args.validation_channel, args.batch_size, place,
+                               lambda obj: hvd.allgather_object(obj, name="channel_shards"), args.corrupt_images)
     common.log.info("PyTorch %s, Horovod %s: rank %d/%d on %s (host %s); %s; DALI decodes on %s", torch.__version__,
                     horovod.__version__, rank, size, device, contract.current_host(), data.describe(),
                     "gpu" if dali_device_id is not None else "cpu")

@@ -105,19 +105,20 @@ def main(argv: list[str] | None = None) -> int:
     tf.keras.utils.set_random_seed(args.seed)
     device_id = _use_gpu(args)
 
-    data = dali_data.rank_data(contract.channel_dir(args.train_channel), contract.channel_dir(args.validation_channel),
-                               args.batch_size, rank, size, args.corrupt_images)
+    place = dali_data.Place(rank, size, hvd.local_rank(), hvd.local_size(), contract.current_host())
+    data = dali_data.rank_data(args.train_channel, args.validation_channel, args.batch_size, place,
+                               lambda obj: hvd_tf.allgather_object(obj, name="channel_shards"), args.corrupt_images)
     common.log.info("TensorFlow %s (tf-keras %s), Horovod %s: rank %d/%d (host %s); %s; DALI decodes on %s",
                     tf.__version__, keras.__version__, horovod.__version__, rank, size, contract.current_host(),
                     data.describe(),
                     "gpu" if device_id is not None else "cpu")
     pipeline_settings = dict(device_id=device_id, layout="HWC", num_threads=args.dali_threads)
-    val_pipe = dali_data.image_pipeline(data.val, args.batch_size, rank, size, training=False, **pipeline_settings)
+    val_pipe = data.val_pipeline(args.batch_size, **pipeline_settings)
 
     def epoch_input(epoch: int, first_step: int):
         # one pipeline per epoch, its order from the seed and the epoch; a resumed epoch skips the
         # batches it had done (DALI's TensorFlow dataset cannot be restored from a DALI checkpoint)
-        pipe = data.train_pipeline(args.batch_size, rank, size, seed=args.seed + EPOCH_SEED_STRIDE * epoch,
+        pipe = data.train_pipeline(args.batch_size, seed=args.seed + EPOCH_SEED_STRIDE * epoch,
                                    **pipeline_settings)
         return _dataset(pipe, args.batch_size, device_id).skip(first_step)
 

@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     tf.keras.utils.set_random_seed(args.seed)
 
     shown = common.log if is_chief else None   # ignored files named once
+    for channel_name in (args.train_channel, args.validation_channel):
+        contract.refuse_host_sharded(channel_name, "multi_worker_mirrored_strategy")
     train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel), shown, args.corrupt_images)
     validation = image_folder.load(contract.channel_dir(args.validation_channel), shown, args.corrupt_images)
     replicas = strategy.num_replicas_in_sync

@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     cluster = resolver.cluster_spec().as_dict()
     workers, servers = len(cluster.get("worker", [])), len(cluster.get("ps", []))
 
+    for channel_name in (args.train_channel, args.validation_channel):
+        contract.refuse_host_sharded(channel_name, "parameter_server")
     train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel), common.log,
                                                    args.corrupt_images)
     val_images, val_labels = image_folder.load(contract.channel_dir(args.validation_channel), common.log,

@@ -249,7 +249,7 @@ def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankD
     (``fit``), saves the model (``finish``, from ``module``: the model without its data-parallel
     wrapper) and writes the report. Returns 0, or ``128 + N`` when stopped by signal N (the
     checkpoint written, the report too)."""
-    train_pipe, val_pipe = data.pipelines(args.batch_size, rank, size, device_id=dali_device_id, layout="CHW",
+    train_pipe, val_pipe = data.pipelines(args.batch_size, device_id=dali_device_id, layout="CHW",
                                           seed=args.seed, num_threads=args.dali_threads,
                                           train_position=resume.data_position)
     observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, strategy)
