@@ -5,16 +5,24 @@ starts one torchrun per host with `--nproc_per_node` = processes per host): ever
 copy of the model on its shard (DistributedSampler), DDP averages the gradients (Gloo on CPU,
 NCCL on GPU), and rank 0 writes checkpoints and the model.
 
+Channels may be FullyReplicated (every host holds all files: ranks split them by global rank) or
+ShardedByS3Key (`TrainingInput(..., distribution="ShardedByS3Key")`: each host holds its part,
+which the host's ranks split by local rank). Either way every rank runs the same number of steps
+(the smallest shard's: each step is a collective) and validation sums are exact.
+
 What it reads (SageMaker's training environment):
   SM_CHANNEL_TRAINING, SM_CHANNEL_VALIDATION  image folders: <channel>/<class>/<image>.png
   SM_MODEL_DIR                               where the final model goes (uploaded as model.tar.gz)
   /opt/ml/checkpoints                        synced with checkpoint_s3_uri: a restarted job resumes
-  RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR  set by torchrun
+  SM_INPUT_DATA_CONFIG, SM_HOSTS             each channel's S3DistributionType, the job's hosts
+  RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR  set by torchrun (and LOCAL_WORLD_SIZE)
 Hyperparameters arrive as `--name value` arguments.
 """
 
 import argparse
 import hashlib
+import itertools
+import json
 import os
 
 import numpy as np
@@ -42,17 +50,32 @@ def parse_args():
     return parser.parse_args()
 
 
-def load_image_folder(root, image_size, classes=None):
-    """All images under root/<class>/ as (N, 1, S, S) float32 in [0, 1] and (N,) int64 labels."""
-    classes = classes or sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+def class_folders(root):
+    return sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+
+
+def host_sharded(channel):
+    """True when this host holds only its part of the channel: ShardedByS3Key on several hosts."""
+    config = json.loads(os.environ.get("SM_INPUT_DATA_CONFIG", "{}")).get(channel, {})
+    hosts = json.loads(os.environ.get("SM_HOSTS", "[]"))
+    return config.get("S3DistributionType") == "ShardedByS3Key" and len(hosts) > 1
+
+
+def load_image_folder(root, image_size, classes):
+    """All images under root/<class>/ as (N, 1, S, S) float32 in [0, 1] and (N,) int64 labels
+    (a class folder this host's part lacks holds no image here)."""
     images, labels = [], []
     for label, name in enumerate(classes):
+        if not os.path.isdir(os.path.join(root, name)):
+            continue
         for file in sorted(os.listdir(os.path.join(root, name))):
             with Image.open(os.path.join(root, name, file)) as image:
                 pixels = image.convert("L").resize((image_size, image_size), Image.BILINEAR)
             images.append(np.asarray(pixels, dtype=np.float32) / 255.0)
             labels.append(label)
-    return torch.from_numpy(np.stack(images)[:, None]), torch.tensor(labels), classes
+    if not images:
+        raise ValueError(f"{root} holds no images: a ShardedByS3Key channel needs at least one object per instance")
+    return torch.from_numpy(np.stack(images)[:, None]), torch.tensor(labels)
 
 
 class Net(torch.nn.Module):
@@ -80,11 +103,27 @@ def main():
     rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
 
-    x_train, y_train, classes = load_image_folder(args.train, args.image_size)
-    x_val, y_val, _ = load_image_folder(args.validation, args.image_size, classes)
-    sampler = DistributedSampler(TensorDataset(x_train, y_train), seed=args.seed, drop_last=True)
+    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    # who splits a channel: every rank (a full copy on each host) or the host's ranks (its part)
+    train_split = (local_rank, local_size) if host_sharded("training") else (rank, world_size)
+    val_split = (local_rank, local_size) if host_sharded("validation") else (rank, world_size)
+    # labels from every host's class folders: a host's part of a sharded channel may lack one
+    folders = [None] * world_size
+    dist.all_gather_object(folders, class_folders(args.train))
+    classes = sorted(set().union(*folders))
+    x_train, y_train = load_image_folder(args.train, args.image_size, classes)
+    x_val, y_val = load_image_folder(args.validation, args.image_size, classes)
+    sampler = DistributedSampler(TensorDataset(x_train, y_train), num_replicas=train_split[1], rank=train_split[0],
+                                 seed=args.seed, drop_last=True)
     loader = DataLoader(TensorDataset(x_train, y_train), batch_size=args.batch_size, sampler=sampler, drop_last=True)
-    x_val, y_val = x_val[rank::world_size], y_val[rank::world_size]
+    x_val, y_val = x_val[val_split[0]::val_split[1]], y_val[val_split[0]::val_split[1]]
+    # every rank runs the same number of steps: the smallest shard's (hosts' parts may differ)
+    steps = torch.tensor([len(loader)], device=device)
+    dist.all_reduce(steps, op=dist.ReduceOp.MIN)
+    steps = int(steps)
+    if rank == 0:
+        print(f"training: {'ShardedByS3Key, split by local rank' if host_sharded('training') else 'split by rank'}; "
+              f"{steps} steps per epoch on every rank", flush=True)
 
     model = Net(len(classes), args.image_size).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * world_size, momentum=0.9)
@@ -104,7 +143,7 @@ def main():
     for epoch in range(first_epoch, args.epochs + 1):
         model.train()
         sampler.set_epoch(epoch)
-        for images, labels in loader:
+        for images, labels in itertools.islice(loader, steps):
             optimizer.zero_grad()
             loss = F.cross_entropy(model(images.to(device)), labels.to(device))
             loss.backward()

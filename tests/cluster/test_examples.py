@@ -80,3 +80,18 @@ def test_deepspeed_zero_stages_1_and_3_train_on_two_hosts_over_gloo(stage, tmp_p
     digests = {int(rank): digest for rank, size, digest in WEIGHTS_LINE.findall(log) if int(size) == 4}
     assert sorted(digests) == [0, 1, 2, 3] and len(set(digests.values())) == 1, log[-4000:]
     assert (tmp_path / "job" / "algo-1" / "model" / "model.pt").is_file()
+
+
+def test_the_ddp_example_reads_sharded_channels_on_two_hosts(tmp_path):
+    """examples/pytorch_ddp on ShardedByS3Key channels (#20 item 3; dtc_local deals each channel's
+    files to the hosts in turn): each host's two ranks split its part (719 and 718 training
+    files: 359 per rank, 11 batches of 32), every rank runs the same steps, validation sums every
+    host's images, and the ranks end with identical weights."""
+    log, _ = run_example("pytorch_ddp", tmp_path / "job", tmp_path / "checkpoints", 8,
+                         "--sharded-channel", "training", "--sharded-channel", "validation")
+    assert "training: ShardedByS3Key, split by local rank; 11 steps per epoch on every rank" in log, log[-4000:]
+    lines = EPOCH_LINE.findall(log)
+    assert [int(e) for e, _, _ in lines] == list(range(1, 9)) and float(lines[-1][2]) >= 0.85, log[-4000:]
+    digests = {int(rank): digest for rank, size, digest in WEIGHTS_LINE.findall(log) if int(size) == 4}
+    assert sorted(digests) == [0, 1, 2, 3] and len(set(digests.values())) == 1, log[-4000:]
+    assert sum(1 for _ in (tmp_path / "job" / "algo-2" / "input" / "data" / "training").rglob("*.png")) == 718
