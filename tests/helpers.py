@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -143,6 +144,21 @@ class TrainResult:
     @property
     def succeeded(self) -> bool:
         return (self.base_dir / "output" / "success").exists()
+
+
+def free_port() -> int:
+    """A TCP port no process listens on now (the kernel's pick for port 0)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def own_torch_port() -> dict[str, str]:
+    """``DTC_TORCH_MASTER_PORT`` set to a free port, for a `train` job that runs torchrun on this
+    machine: its master binds that port here, where pytest-xdist runs several jobs at once (a
+    second job on the default 7777 fails with EADDRINUSE; on SageMaker each host is a container
+    of its own)."""
+    return {"DTC_TORCH_MASTER_PORT": str(free_port())}
 
 
 def train_env(base_dir: Path, env: dict | None = None) -> dict[str, str]:

@@ -15,8 +15,9 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 
 # mpirun --tag-output prefixes output with "[jobid,rank]<stderr>:", and again inside a line
-# wherever the process wrote a partial line (Python writes "ValueError" and ": msg" apart).
-_TAG = re.compile(r"\[(\d+),(\d+)\]<(?:stderr|stdout)>:")
+# wherever the process wrote a partial line (Python writes "ValueError" and ": msg" apart);
+# under torchrun, PyTorch prefixes a rank's uncaught traceback with "[rankN]: ".
+_TAG = re.compile(r"\[(\d+),(\d+)\]<(?:stderr|stdout)>:|\[rank(\d+)\]: ?")
 # "ValueError: msg", "pkg.mod.CustomError: msg", "KeyboardInterrupt": a class name (capitalised,
 # optionally module-qualified) alone or before ": ". Source lines of a traceback never match: they
 # start lower-case (raise, self.x(...)) or contain "(" before any ": ".
@@ -183,11 +184,12 @@ def dead_rank(lines: Sequence[str]) -> str | None:
 
 
 def untag(lines: Iterable[str]) -> dict[str, list[str]]:
-    """Groups lines by MPI rank (``"rank 3"``) or ``""`` for untagged lines, tags removed."""
+    """Groups lines by rank (``"rank 3"``: mpirun's or torchrun's tag) or ``""`` for untagged
+    lines, tags removed."""
     streams: dict[str, list[str]] = {}
     for line in lines:
         match = _TAG.match(line)
-        key = f"rank {match.group(2)}" if match else ""
+        key = f"rank {match.group(2) or match.group(3)}" if match else ""
         streams.setdefault(key, []).append(_TAG.sub("", line))
     return streams
 

@@ -6,24 +6,17 @@ code under mpirun across containers in tests/cluster/test_cluster.py."""
 import json
 import re
 import shutil
-import socket
 import subprocess
 
 import pytest
 
 from dtc_local import job_tree
-from helpers import BIN, DIGEST, METRIC, VALIDATION_IMAGES, train_env
+from helpers import BIN, DIGEST, METRIC, VALIDATION_IMAGES, free_port, train_env
 
 pytestmark = pytest.mark.e2e
 HOSTS = ("algo-1", "algo-2")
 PROCESSES_PER_HOST = 2
 BATCH_SIZE = 32
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _split(digits_channels) -> dict[str, dict[str, list]]:
@@ -60,7 +53,7 @@ def _trees(tmp_path, digits_channels, parts) -> dict[str, object]:
 
 def _run_two_hosts(trees, epochs: int, timeout_s: float = 600) -> dict[str, subprocess.CompletedProcess]:
     """One torchrun agent per host (``--nnodes 2``), static rendezvous on this machine."""
-    port = _free_port()
+    port = free_port()
     agents = {}
     for node_rank, host in enumerate(HOSTS):
         argv = [str(BIN / "torchrun"), "--nnodes", "2", "--node-rank", str(node_rank), "--nproc-per-node",

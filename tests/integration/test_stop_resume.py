@@ -24,7 +24,18 @@ import time
 
 import pytest
 
-from helpers import BIN, DIGEST, METRIC, RESUMING, STRATEGIES, checkpoint_position, digits_job, run_train, train_env
+from helpers import (
+    BIN,
+    DIGEST,
+    METRIC,
+    RESUMING,
+    STRATEGIES,
+    checkpoint_position,
+    digits_job,
+    own_torch_port,
+    run_train,
+    train_env,
+)
 
 pytestmark = pytest.mark.e2e
 EPOCHS = 4
@@ -40,7 +51,7 @@ def stop_at(root, delay_s: float, after: re.Pattern | None = None) -> tuple[int,
     """Starts `train` on ``root`` and sends it SIGTERM (as SageMaker does to the container's PID 1)
     ``delay_s`` seconds after the start, or after the first line matching ``after``; waits.
     Returns (exit code, seconds from signal to exit, log)."""
-    train = subprocess.Popen([str(BIN / "train")], env=train_env(root), stdout=subprocess.PIPE,
+    train = subprocess.Popen([str(BIN / "train")], env=train_env(root, own_torch_port()), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
     lines: list[str] = []
     seen = threading.Event()
@@ -71,7 +82,7 @@ def final(result_stdout: str) -> tuple[float, set[str]]:
 
 @pytest.mark.parametrize("case", list(STRATEGIES))
 def test_a_job_stopped_at_a_random_moment_resumes_where_it_stopped(case, digits_channels, tmp_path):
-    full = run_train(job(case, tmp_path / "full", digits_channels))
+    full = run_train(job(case, tmp_path / "full", digits_channels), env=own_torch_port())
     assert full.returncode == 0, full.output[-3000:]
     full_accuracy, full_digests = final(full.stdout)
 
@@ -92,7 +103,7 @@ def test_a_job_stopped_at_a_random_moment_resumes_where_it_stopped(case, digits_
     assert not staged, staged                                            # no half-written file anywhere
     print(f"{case}: stopped {took_s:.1f} s after the signal; checkpoint position {position}")
 
-    resumed = run_train(root)
+    resumed = run_train(root, env=own_torch_port())
     assert resumed.returncode == 0 and resumed.succeeded, resumed.output[-3000:]
     if position:
         epoch, step = (int(v) for v in RESUMING.search(resumed.output).groups())

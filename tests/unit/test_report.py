@@ -155,6 +155,18 @@ def test_an_exception_names_the_rank_and_host_it_was_raised_on():
                         "host algo-2.")
 
 
+def test_a_torchrun_ranks_exception_is_the_first_line_with_its_rank_and_host():
+    """PyTorch prefixes a torchrun rank's traceback with "[rankN]: "; the exception comes first,
+    then where it was raised (torchrun's Root Cause block gives the host)."""
+    stderr = [f"[rank1]: {line}" for line in TRACEBACK] + [
+        "Root Cause (first observed failure):", "[0]:", "  host      : algo-2", "  rank      : 1 (local_rank: 0)",
+        "  exitcode  : 1 (pid: 42)"]
+    lines = report.describe_failure("builtin:pytorch", 1, stderr).splitlines()
+    assert lines[0] == "ValueError: learning rate must be positive"
+    assert lines[2] == ("Training program 'builtin:pytorch' exited with code 1; the error above was raised on rank 1 "
+                        "on host algo-2.")
+
+
 def test_torchruns_root_cause_with_an_exit_code_names_rank_and_host():
     stderr = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-24_08:00:00",
               "  host      : algo-2", "  rank      : 1 (local_rank: 0)", "  exitcode  : 3 (pid: 42)"]

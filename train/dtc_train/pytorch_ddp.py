@@ -10,7 +10,17 @@ and when the job is stopped (a restart resumes at that step: ``torch_common``), 
 ``model.pth`` (the state dict of the wrapped module) with ``model.json``. Stopped (SIGTERM),
 every rank exits 143 after the checkpoint.
 
-Hyperparameters: see ``dtc_train.common.parse_args``.
+``data-parallel=fsdp`` shards the model instead (PyTorch's FSDP2, ``fully_shard``: ZeRO stage 3,
+each rank holding ``1/world size`` of the parameters, gradients and optimizer state, the layers
+gathered for their forward and backward and the gradients reduce-scattered). On Gloo the
+gradients are reduced as a sum then divided (``set_force_sum_reduction_for_comms``), the
+workaround for PyTorch #162338 (Gloo's AVG reduce-scatter summed without dividing);
+tests/integration/test_fsdp.py proves the gradients equal DDP's on the same batches.
+Checkpoints and the saved model hold the whole, unsharded state
+(``torch.distributed.checkpoint.state_dict``'s full state dicts, gathered on every rank), so a job
+resumes from them at another world size and ``model.pth`` loads into a plain ``DigitsNet``.
+
+Hyperparameters: see ``dtc_train.common.parse_args``, and ``--data-parallel`` (above).
 """
 
 import datetime
@@ -46,6 +56,52 @@ def _collectives(device: torch.device) -> torch_common.Collectives:
     return torch_common.Collectives(allreduce_sum, broadcast_object, allgather_object)
 
 
+def _add_arguments(parser) -> None:
+    parser.add_argument("--data-parallel", choices=("ddp", "fsdp"), default="ddp",
+                        help="ddp: every rank holds the whole model (DistributedDataParallel); fsdp: the model, "
+                             "its gradients and optimizer state are sharded over the ranks (FSDP2 fully_shard)")
+
+
+def fully_shard_model(module: torch.nn.Module, device: torch.device, size: int) -> torch.nn.Module:
+    """Shards ``module`` in place with FSDP2 over all ``size`` ranks: each child of the top
+    module (``DigitsNet``: ``features``, ``classifier``) is one unit, gathered for its own forward
+    and backward, then the root. Call before the optimizer is built (its parameters become
+    DTensor shards). Returns ``module``."""
+    from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415  (FSDP2 only when chosen)
+    from torch.distributed.fsdp import fully_shard  # noqa: PLC0415
+
+    mesh = init_device_mesh(device.type, (size,))
+    for child in module.children():
+        fully_shard(child, mesh=mesh)
+    fully_shard(module, mesh=mesh)
+    if device.type == "cpu":   # Gloo: SUM then divide (PyTorch #162338: AVG summed without dividing)
+        module.set_force_sum_reduction_for_comms(True)
+    return module
+
+
+def full_state_dicts() -> torch_common.StateDicts:
+    """The whole model's and optimizer's state of a sharded model, gathered on every rank, and
+    loaded from a whole state into every rank's shards (``torch.distributed.checkpoint.state_dict``
+    with ``full_state_dict=True``): the same keys as the plain module's, at any world size."""
+    from torch.distributed.checkpoint.state_dict import (  # noqa: PLC0415
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_state_dict,
+    )
+
+    full = StateDictOptions(full_state_dict=True)
+
+    def get(model, optimizer):
+        return (get_model_state_dict(model, options=full),
+                get_optimizer_state_dict(model, optimizer, options=full) if optimizer is not None else None)
+
+    def load(model, optimizer, model_state, optimizer_state):
+        set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state, options=full)
+
+    return torch_common.StateDicts(get, load)
+
+
 def _init_process_group(device: torch.device) -> None:
     """Joins torchrun's group (env:// rendezvous), or makes a one-rank group when run alone."""
     if "RANK" not in os.environ:
@@ -57,7 +113,7 @@ def _init_process_group(device: torch.device) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    args = common.parse_args(__doc__.split("\n\n")[0], argv, _add_arguments)
     stop_request = stop.StopRequest()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch_common.device_for(args.data_device, local_rank)
@@ -78,12 +134,17 @@ def main(argv: list[str] | None = None) -> int:
                     "gpu" if dali_device_id is not None else "cpu")
 
     module = torch_model.DigitsNet().to(device)
-    model = DistributedDataParallel(module, device_ids=[local_rank] if device.type == "cuda" else None)
-    # DDP averages gradients; the linear scaling rule multiplies the rate by the world size.
+    if args.data_parallel == "fsdp":
+        model = fully_shard_model(module, device, size)
+        states = full_state_dicts()
+    else:
+        model = DistributedDataParallel(module, device_ids=[local_rank] if device.type == "cuda" else None)
+        states = torch_common.PLAIN_STATE
+    # gradients are averaged over the ranks; the linear scaling rule multiplies the rate by the world size.
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
-    resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives)
+    resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives, states)
     code = torch_common.train(args, model, module, optimizer, data, device, dali_device_id, rank, size, collectives,
-                              stop_request, resume, "ddp")
+                              stop_request, resume, args.data_parallel, states)
     if code == 0:
         dist.barrier()   # every rank leaves after rank 0 has saved
     dist.destroy_process_group()

@@ -48,6 +48,30 @@ class Collectives:
 
 
 @dataclass(frozen=True)
+class StateDicts:
+    """How the loop reads and loads the model's and the optimizer's state.
+
+    Attributes:
+        get: ``(model, optimizer or None) -> (model state, optimizer state or None)``, called
+            by every rank (a collective for a sharded model).
+        load: ``(model, optimizer, model state, optimizer state) -> None`` on every rank.
+    """
+
+    get: Callable[[torch.nn.Module, object], tuple[dict, dict | None]]
+    load: Callable[[torch.nn.Module, object, dict, dict], None]
+
+
+def _load_plain(model, optimizer, model_state: dict, optimizer_state: dict) -> None:
+    model.load_state_dict(model_state)
+    optimizer.load_state_dict(optimizer_state)
+
+
+# Every rank holds the whole model (DDP, Horovod): the modules' and optimizers' own state dicts.
+PLAIN_STATE = StateDicts(lambda model, optimizer: (model.state_dict(), optimizer and optimizer.state_dict()),
+                         _load_plain)
+
+
+@dataclass(frozen=True)
 class Resume:
     """Where a restarted job goes on: ``epoch`` epochs done, ``step`` steps of the next one done.
 
@@ -84,15 +108,26 @@ def read_checkpoint(checkpoint_dir: str) -> dict | None:
 
 
 def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
-            collectives: Collectives) -> Resume:
-    """Loads rank 0's checkpoint (if any) into ``model`` and ``optimizer`` on every rank and
-    returns where training goes on, with this rank's data position. Call before building the
-    training pipeline (``dali_data.RankData.pipelines(train_position=...)``)."""
+            collectives: Collectives, states: StateDicts = PLAIN_STATE) -> Resume:
+    """Loads rank 0's checkpoint (if any) into ``model`` and ``optimizer`` on every rank
+    (``states``) and returns where training goes on, with this rank's data position. Call before
+    building the training pipeline (``dali_data.RankData.pipelines(train_position=...)``).
+
+    Raises:
+        ValueError: the checkpoint's state does not load into ``model`` and ``optimizer``.
+    """
     state = collectives.broadcast_object(read_checkpoint(args.checkpoint_dir) if rank == 0 else None)
     if state is None:
         return Resume()
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+    try:
+        states.load(model, optimizer, state["model"], state["optimizer"])
+    except (RuntimeError, KeyError, ValueError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(
+            f"checkpoint {os.path.join(args.checkpoint_dir, CHECKPOINT_NAME)} does not fit this model "
+            f"({type(error).__name__}: {first_line}): it was written by another model or data-parallel setting "
+            "(data-parallel=ddp and fsdp checkpoints differ); restart with the setting that wrote it, or give the "
+            "job an empty checkpoint directory") from error
     epoch, step = state["epoch"], state.get("step", 0)
     positions = state.get("data_positions") or []
     same_layout = len(positions) == size and state.get("steps_per_epoch") == steps_per_epoch
@@ -112,16 +147,18 @@ def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
 
 
 def save_checkpoint(args, epoch: int, step: int, model, optimizer, train_batches: "Batches",
-                    sums: torch.Tensor | None, rank: int, steps_per_epoch: int, collectives: Collectives) -> None:
+                    sums: torch.Tensor | None, rank: int, steps_per_epoch: int, collectives: Collectives,
+                    states: StateDicts = PLAIN_STATE) -> None:
     """Writes the checkpoint of position (``epoch`` done, ``step`` steps of the next done).
     Collective: every rank calls it at the same step (its data position and epoch sums are
-    gathered); rank 0 writes."""
+    gathered, and a sharded model's state); rank 0 writes."""
     positions = collectives.allgather_object(train_batches.position())
     total = collectives.allreduce_sum(sums, "checkpoint_train_sums") if sums is not None else None
+    model_state, optimizer_state = states.get(model, optimizer)
     if rank != 0:
         return
-    checkpoint = {"epoch": epoch, "step": step, "steps_per_epoch": steps_per_epoch, "model": model.state_dict(),
-                  "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(), "train_sums": total,
+    checkpoint = {"epoch": epoch, "step": step, "steps_per_epoch": steps_per_epoch, "model": model_state,
+                  "optimizer": optimizer_state, "rng": torch.get_rng_state(), "train_sums": total,
                   "data_positions": positions}
     common.atomic_write(os.path.join(args.checkpoint_dir, CHECKPOINT_NAME), lambda tmp: torch.save(checkpoint, tmp))
 
@@ -198,7 +235,7 @@ def evaluate(model, val_batches: Batches, shard: dali_data.Shard, collectives: C
 
 def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches, val_batches: Batches, rank: int,
         collectives: Collectives, observer: observe.Observer, stop_request: stop.StopRequest,
-        resume: Resume = Resume()) -> float:
+        resume: Resume = Resume(), states: StateDicts = PLAIN_STATE) -> float:
     """Trains from ``resume`` to ``args.epochs``: the steps of each epoch, then the training sums
     all-reduced and exact validation; rank 0 reports the epoch (``observer``: metric line,
     TensorBoard). Checkpoints (``save_checkpoint``) on the ``--checkpoint-every`` schedule, after
@@ -209,7 +246,7 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
     steps = data.steps_per_epoch
 
     def save(epoch: int, step: int, sums: torch.Tensor | None) -> None:
-        save_checkpoint(args, epoch, step, model, optimizer, train_batches, sums, rank, steps, collectives)
+        save_checkpoint(args, epoch, step, model, optimizer, train_batches, sums, rank, steps, collectives, states)
 
     if resume.epoch >= args.epochs:
         if rank == 0:
@@ -244,7 +281,7 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
 
 def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankData, device: torch.device,
           dali_device_id: int | None, rank: int, size: int, collectives: Collectives,
-          stop_request: stop.StopRequest, resume: Resume, strategy: str) -> int:
+          stop_request: stop.StopRequest, resume: Resume, strategy: str, states: StateDicts = PLAIN_STATE) -> int:
     """Builds this rank's pipelines (the training one at ``resume``'s data position), trains
     (``fit``), saves the model (``finish``, from ``module``: the model without its data-parallel
     wrapper) and writes the report. Returns 0, or ``128 + N`` when stopped by signal N (the
@@ -255,23 +292,25 @@ def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankD
     observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, strategy)
     try:
         val_accuracy = fit(args, model, optimizer, data, Batches(train_pipe, device), Batches(val_pipe, device), rank,
-                           collectives, observer, stop_request, resume)
+                           collectives, observer, stop_request, resume, states)
     except stop.Stopped as stopped:
         observer.close()
         return stopped.exit_code
-    finish(args, module, rank, size, val_accuracy)
+    finish(args, module, rank, size, val_accuracy, states)
     observer.close()
     return 0
 
 
-def finish(args, model: torch.nn.Module, rank: int, size: int, val_accuracy: float) -> None:
-    """Every rank prints its weights' digest; rank 0 saves ``model.pth`` (state dict) and
-    ``model.json`` to the model directory."""
-    digest = common.weights_digest(p.detach().cpu().numpy() for p in model.state_dict().values())
+def finish(args, model: torch.nn.Module, rank: int, size: int, val_accuracy: float,
+           states: StateDicts = PLAIN_STATE) -> None:
+    """Every rank prints its weights' digest (of the whole model: ``states``); rank 0 saves
+    ``model.pth`` (state dict) and ``model.json`` to the model directory."""
+    model_state, _ = states.get(model, None)
+    digest = common.weights_digest(v.detach().cpu().numpy() for v in model_state.values())
     common.emit(f"rank={rank} world_size={size} final_weights_sha256={digest}")
     if rank != 0:
         return
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    state = {k: v.detach().cpu() for k, v in model_state.items()}
     common.atomic_write(os.path.join(args.model_dir, "model.pth"), lambda tmp: torch.save(state, tmp))
     common.write_json(os.path.join(args.model_dir, "model.json"), {
         "framework": "pytorch", "format": "state_dict", "class": "dtc_train.torch_model.DigitsNet",
