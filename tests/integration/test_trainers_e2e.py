@@ -1,6 +1,7 @@
 """End to end: `train` runs each built-in trainer on 2 MPI ranks over the digits channels."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from helpers import (
     VALIDATION_IMAGES,
     check_observability,
     digits_job,
+    free_port,
     mpi_digits_job,
     run_train,
     torch_load,
@@ -121,6 +123,22 @@ def test_fastfile_channels_train_and_a_pipe_channel_is_refused_before_training(d
         "ValueError: channel 'validation' is in Pipe mode (TrainingInputMode in input/config/inputdataconfig.json), "
         "but the built-in trainers read a directory of image files"), result.failure
     assert not METRIC.findall(result.stdout) and not any((root / "model").iterdir())
+
+
+def test_multi_worker_mirrored_waits_the_trainers_heartbeat_timeout():
+    """TensorFlow's coordination service fails a MultiWorkerMirrored job when a task misses its
+    heartbeats for the timeout, 10 s by default, which a busy host can miss. The trainer sets 20 s
+    (tensorflow_mwms.HEARTBEAT_TIMEOUT_S) and the strategy keeps it: a one-worker TF_CONFIG here,
+    a strategy built by the trainer's own choose_strategy."""
+    tf_config = {"cluster": {"worker": [f"localhost:{free_port()}"]}, "task": {"type": "worker", "index": 0}}
+    code = ("from dtc_train import tensorflow_mwms\n"
+            "from tensorflow.python.eager import context\n"
+            "strategy, name = tensorflow_mwms.choose_strategy(1)\n"
+            "print('RESULT', name, context.context().coordination_service.heartbeat_timeout_in_ms)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "TF_CONFIG": json.dumps(tf_config)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "RESULT multi_worker_mirrored 20000\n" in result.stdout, result.stdout + result.stderr[-3000:]
 
 
 def test_tensorflow_without_a_distribution_mirrors_over_the_hosts_devices(digits_channels, tmp_path):

@@ -39,6 +39,9 @@ from . import tf_env  # noqa: F401
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
+from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+from tensorflow.python.distribute import multi_worker_util
+from tensorflow.python.eager import context
 
 from . import common, contract, image_folder, observe, stop, tf_checkpoint, tf_model
 # isort: on
@@ -118,6 +121,28 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                              "devices (to exercise MirroredStrategy without GPUs)")
 
 
+# How long TensorFlow's coordination service waits for a task's heartbeat before it fails the job
+# naming that host. TensorFlow's own default is 10 s (CoordinationServiceConfig
+# heartbeat_timeout_in_ms = 0 means 10 s), and a busy host can miss that: two hosts' containers
+# sharing 2 cores failed at the first step with "Task /job:worker/replica:0/task:0 heartbeat
+# timeout", the leader timing out its own task (fresh-clone make test, 2026-11-24). 20 s doubles
+# the margin and keeps a lost host's detection well within a minute (tests/cluster).
+HEARTBEAT_TIMEOUT_S = 20
+
+
+def configure_heartbeats(cluster_spec: tf.train.ClusterSpec, timeout_s: int = HEARTBEAT_TIMEOUT_S) -> None:
+    """Configures TensorFlow's coordination service as ``MultiWorkerMirroredStrategy`` would
+    (standalone, leader ``multi_worker_util.coordination_leader``, the chief and worker jobs
+    coordinated: tensorflow/python/distribute/collective_all_reduce_strategy.py, TF 2.21) but with
+    a heartbeat timeout of ``timeout_s`` seconds. The strategy keeps a service configured before
+    it is built. Call before building the strategy."""
+    jobs = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster_spec.num_tasks(job))
+            for job in ("chief", "worker") if job in cluster_spec.jobs]
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=multi_worker_util.coordination_leader(cluster_spec),
+        coordinated_jobs=jobs, heartbeat_timeout_in_ms=timeout_s * 1000)
+
+
 def choose_strategy(cpu_replicas: int) -> tuple[tf.distribute.Strategy, str]:
     """``MultiWorkerMirroredStrategy`` under ``TF_CONFIG``, else ``MirroredStrategy`` over every
     visible GPU, or over ``cpu_replicas`` logical CPU devices on a host without GPUs. Returns the
@@ -133,6 +158,7 @@ def choose_strategy(cpu_replicas: int) -> tuple[tf.distribute.Strategy, str]:
                          + ("has TF_CONFIG (multi_worker_mirrored_strategy)" if os.environ.get("TF_CONFIG")
                             else f"sees {len(gpus)} GPUs, which MirroredStrategy uses") + ": remove cpu-replicas")
     if os.environ.get("TF_CONFIG"):
+        configure_heartbeats(tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec())
         return tf.distribute.MultiWorkerMirroredStrategy(), "multi_worker_mirrored"
     if gpus:
         return tf.distribute.MirroredStrategy(), "mirrored"
