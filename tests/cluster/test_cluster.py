@@ -25,7 +25,9 @@ from helpers import (
     IMAGES,
     METRIC,
     PROGRAMS,
+    RESUMING,
     STRATEGIES,
+    assert_identical_weights,
     check_finished_two_host_job,
     check_two_host_job,
     checkpoint_position,
@@ -112,20 +114,12 @@ def test_a_stopped_two_host_mpi_job_lets_every_rank_finish_saving(tmp_path):
 SLOWER_EPOCHS = {"parameter-server": ("-p", "batch-size=8")}
 
 
-@pytest.mark.parametrize("case", ONE_PER_LAUNCHER)
-def test_a_two_host_job_stopped_mid_epoch_exits_143_on_every_host_and_resumes(case, tmp_path):
-    """SageMaker stops every host's container (SIGTERM, SIGKILL 120 s later) at a random moment of
-    epoch 2 (epoch 1's length after its end); the checkpoint directory is shared like
-    checkpoint_s3_uri. Every host must exit 143 within a minute saying it was stopped, with a
-    checkpoint of the step reached; the job run again resumes at that step on both hosts and
-    finishes as a job run from scratch does (check_finished_two_host_job: accuracy, identical
-    weights, observability, the model written once, host naming)."""
-    strategy = STRATEGIES[case]
-    epochs = strategy.cluster_epochs
-    checkpoints = tmp_path / "checkpoints"
-    common = ["--checkpoint-dir", str(checkpoints), *strategy.cluster_args(), "-p", f"epochs={epochs}",
-              *SLOWER_EPOCHS.get(case, ())]
-    cluster = start_cluster(tmp_path / "stopped", *common, timeout_s=460)
+def stop_in_epoch_2(case: str, job_dir, args: list[str], epochs: int) -> tuple[str, dict]:
+    """Starts a two-host job (``dtc_local.cluster`` ``args``, training ``epochs``) and stops every
+    host's container as SageMaker does (SIGTERM, SIGKILL 90 s later here) at a random moment of
+    epoch 2 (epoch 1's length after its end). Asserts the hosts were gone within a minute.
+    Returns (the job's log, result.json)."""
+    cluster = start_cluster(job_dir, *args, timeout_s=460)
     lines = []
     for line in cluster.stdout:          # until the first epoch is done
         lines.append(line)
@@ -141,12 +135,34 @@ def test_a_two_host_job_stopped_mid_epoch_exits_143_on_every_host_and_resumes(ca
     log = "".join(lines) + cluster.communicate(timeout=150)[0]
     assert stop.returncode == 0, stop.stderr
     assert time.monotonic() - stopped_at < 60, log[-4000:]
-    result = json.loads((tmp_path / "stopped" / "result.json").read_text())
+    return log, json.loads((job_dir / "result.json").read_text())
+
+
+def check_stopped(log: str, result: dict, checkpoint_root) -> tuple[int, int]:
+    """Every host of a job stopped by ``stop_in_epoch_2`` exited 143 saying it was stopped, leaving a
+    checkpoint at ``checkpoint_root``/checkpoints. Returns its position (epochs done, steps of the
+    next done)."""
     for host in HOSTS:
         assert result["hosts"][host]["exit_code"] == 143, (host, log[-4000:])
         assert "was stopped by SIGTERM" in result["hosts"][host]["failure"].splitlines()[0], (host, log[-4000:])
-    position = checkpoint_position(tmp_path)                     # tmp_path/checkpoints, shared
+    position = checkpoint_position(checkpoint_root)
     assert position is not None and position >= (1, 0), (position, log[-4000:])
+    return position
+
+
+@pytest.mark.parametrize("case", ONE_PER_LAUNCHER)
+def test_a_two_host_job_stopped_mid_epoch_exits_143_on_every_host_and_resumes(case, tmp_path):
+    """SageMaker stops every host's container (SIGTERM, SIGKILL 120 s later) at a random moment of
+    epoch 2; the checkpoint directory is shared like checkpoint_s3_uri. Every host must exit 143
+    within a minute saying it was stopped, with a checkpoint of the step reached; the job run again
+    resumes at that step on both hosts and finishes as a job run from scratch does
+    (check_finished_two_host_job: accuracy, identical weights, observability, the model written
+    once, host naming)."""
+    strategy = STRATEGIES[case]
+    epochs = strategy.cluster_epochs
+    common = ["--checkpoint-dir", str(tmp_path / "checkpoints"), *strategy.cluster_args(), "-p", f"epochs={epochs}",
+              *SLOWER_EPOCHS.get(case, ())]
+    position = check_stopped(*stop_in_epoch_2(case, tmp_path / "stopped", common, epochs), tmp_path)
 
     done, result = run_cluster(tmp_path / "resumed", *common, timeout_s=600)
     log = done.stdout + done.stderr
@@ -157,6 +173,38 @@ def test_a_two_host_job_stopped_mid_epoch_exits_143_on_every_host_and_resumes(ca
                          f"{position} of {epochs} epochs), so nothing was stopped mid-epoch", log[-3000:])
     assert int(epochs_seen[0][0]) in (position[0] + 1, position[0] + 2) and int(epochs_seen[-1][0]) == epochs
     check_finished_two_host_job(case, done, result, tmp_path / "resumed", first_epoch=int(epochs_seen[0][0]))
+
+
+def test_an_fsdp_job_stopped_on_two_hosts_resumes_on_one_host_and_then_on_two(tmp_path):
+    """#20 items 2 and 5: builtin:pytorch with data-parallel=fsdp (FSDP2 over Gloo, 2 processes per
+    host) stopped mid-epoch on two hosts (world size 4) resumes from the shared checkpoint on one
+    host (world size 2). The saved data positions belong to 4 ranks, so the stopped epoch starts
+    again at its first step (the documented rule) with the weights and optimizer state of the step
+    reached. The one-host job's checkpoint then resumes on two hosts, which finish as a two-host
+    job from scratch does (check_finished_two_host_job, torchrun-ddp's layout)."""
+    strategy = STRATEGIES["torchrun-ddp"]
+    epochs = strategy.cluster_epochs
+    common = ["--checkpoint-dir", str(tmp_path / "checkpoints"), *strategy.cluster_args(), "-p", "data-parallel=fsdp"]
+    position = check_stopped(*stop_in_epoch_2("torchrun-fsdp", tmp_path / "stopped",
+                                              [*common, "-p", f"epochs={epochs}"], epochs), tmp_path)
+
+    one_host_epochs = position[0] + 2
+    done, result = run_cluster(tmp_path / "one-host", *common, "--instance-count", "1",
+                               "-p", f"epochs={one_host_epochs}", timeout_s=600)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0 and result["exit_code"] == 0, log[-6000:]
+    assert [int(v) for v in RESUMING.search(log).groups()] == [position[0], 0], log[-6000:]   # the epoch again
+    if position[1]:
+        assert (f"this job has 2 with 23: its data positions do not apply, so epoch {position[0] + 1} "
+                "starts again at its first step") in log, log[-6000:]
+    assert [int(e[0]) for e in METRIC.findall(log)] == list(range(position[0] + 1, one_host_epochs + 1)), log[-6000:]
+    assert_identical_weights(log, 2)
+    assert checkpoint_position(tmp_path) == (one_host_epochs, 0)
+
+    done, result = run_cluster(tmp_path / "two-hosts", *common, "-p", f"epochs={epochs}", timeout_s=600)
+    log = done.stdout + done.stderr
+    assert [int(v) for v in RESUMING.search(log).groups()] == [one_host_epochs, 0], log[-6000:]
+    check_finished_two_host_job("torchrun-ddp", done, result, tmp_path / "two-hosts", first_epoch=one_host_epochs + 1)
 
 
 def run_job_with_fault(tmp_path, fault: str, case: str = "mpi-pytorch") -> tuple[float, str, dict]:

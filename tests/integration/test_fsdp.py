@@ -56,15 +56,19 @@ def test_fsdp_trains_saves_a_whole_model_and_resumes_at_another_world_size(digit
     assert set(digests) == {0, 1} and len(set(digests.values())) == 1
     assert json.loads((root / "model" / "model.json").read_text())["world_size"] == 2
     checkpoint = torch_load(root / "checkpoints" / "checkpoint.pt")
-    assert checkpoint["epoch"] == 8 and "features.0.weight" in checkpoint["model"]   # whole, plain keys
+    assert checkpoint["epoch"] == 8 and checkpoint["model"] is None                  # the state is sharded:
+    shards = sorted(p.name for p in (root / "checkpoints").iterdir() if p.name.startswith("shards-"))
+    assert shards == [checkpoint["sharded_state"]]                                  # the older ones pruned
+    assert sorted(p.name for p in (root / "checkpoints" / shards[0]).iterdir()) == [
+        ".metadata", "__0_0.distcp", "__1_0.distcp"]                                # one file per rank
 
     scored = subprocess.run([sys.executable, str(PROGRAMS / "score_model.py"), "pytorch", str(root / "model"),
                              str(root / "input" / "data" / "validation")], capture_output=True, text=True, timeout=300)
     assert scored.returncode == 0, scored.stderr[-3000:]
     assert json.loads(scored.stdout.strip().splitlines()[-1])["accuracy"] >= 0.90   # a plain DigitsNet loads it
 
-    # the same tree, one process instead of two and two more epochs: the whole-state checkpoint
-    # loads into one rank's "shards" (the whole model) and training goes on at epoch 9
+    # the same tree, one process instead of two and two more epochs: DCP reshards the two ranks'
+    # state into one rank's "shards" (the whole model) and training goes on at epoch 9
     root = _fsdp_job(tmp_path, digits_channels, processes_per_host=1, epochs=10)
     resumed = run_train(root, env=own_torch_port())
     assert resumed.returncode == 0, resumed.output[-4000:]
@@ -73,15 +77,42 @@ def test_fsdp_trains_saves_a_whole_model_and_resumes_at_another_world_size(digit
     assert [e for e, _ in epochs] == [9, 10] and epochs[-1][1] >= 0.90, epochs
     assert json.loads((root / "model" / "model.json").read_text())["world_size"] == 1
 
+    # and back: the one rank's shards into two ranks' for epochs 11 and 12
+    root = _fsdp_job(tmp_path, digits_channels, processes_per_host=2, epochs=12)
+    resumed = run_train(root, env=own_torch_port())
+    assert resumed.returncode == 0, resumed.output[-4000:]
+    assert [int(v) for v in RESUMING.search(resumed.output).groups()] == [10, 0]
+    epochs = [(int(e), float(acc)) for e, _, acc, _ in METRIC.findall(resumed.stdout)]
+    assert [e for e, _ in epochs] == [11, 12] and epochs[-1][1] >= 0.90, epochs
+    digests = {int(rank): digest for rank, size, digest in DIGEST.findall(resumed.stdout)}
+    assert set(digests) == {0, 1} and len(set(digests.values())) == 1
 
-def test_a_ddp_checkpoint_under_fsdp_fails_before_training_naming_the_setting(digits_channels, tmp_path):
-    root = digits_job(tmp_path, digits_channels, {
-        "sagemaker_program": "builtin:pytorch", "sagemaker_torch_distributed_enabled": True,
-        "sagemaker_mpi_num_of_processes_per_host": 1, "epochs": 1})
-    assert run_train(root, env=own_torch_port()).returncode == 0
-    root = _fsdp_job(tmp_path, digits_channels, processes_per_host=1, epochs=2)
-    result = run_train(root, env=own_torch_port(), timeout_s=300)
+
+@pytest.mark.parametrize("first, then", [("ddp", "fsdp"), ("fsdp", "ddp")])
+def test_a_checkpoint_of_the_other_data_parallel_setting_fails_before_training_naming_it(
+        first, then, digits_channels, tmp_path):
+    for data_parallel, epochs in ((first, 1), (then, 2)):
+        root = digits_job(tmp_path, digits_channels, {
+            "sagemaker_program": "builtin:pytorch", "sagemaker_torch_distributed_enabled": True,
+            "sagemaker_mpi_num_of_processes_per_host": 1, "data-parallel": data_parallel, "epochs": epochs})
+        result = run_train(root, env=own_torch_port(), timeout_s=300)
     assert result.returncode != 0 and not METRIC.findall(result.stdout), result.output[-3000:]
     first_line = result.failure.splitlines()[0]
     assert first_line.startswith("ValueError: checkpoint ") and "does not fit this model" in first_line, first_line
     assert "data-parallel=ddp and fsdp checkpoints differ" in first_line, first_line
+
+
+def test_a_sharded_checkpoint_missing_a_ranks_file_fails_naming_the_directory(digits_channels, tmp_path):
+    """A restart that did not get every rank's shard file (a host's upload lost) fails before
+    training, naming the shard directory, instead of loading part of the state."""
+    root = _fsdp_job(tmp_path, digits_channels, processes_per_host=2, epochs=1)
+    assert run_train(root, env=own_torch_port()).returncode == 0
+    shards = torch_load(root / "checkpoints" / "checkpoint.pt")["sharded_state"]
+    (root / "checkpoints" / shards / "__1_0.distcp").unlink()
+    root = _fsdp_job(tmp_path, digits_channels, processes_per_host=2, epochs=2)
+    result = run_train(root, env=own_torch_port(), timeout_s=300)
+    assert result.returncode != 0 and not METRIC.findall(result.stdout), result.output[-3000:]
+    first_line = result.failure.splitlines()[0]
+    checkpoints = root / "checkpoints"
+    assert first_line.startswith(f"ValueError: checkpoint {checkpoints}/checkpoint.pt: its sharded state "
+                                 f"{checkpoints}/{shards} cannot be read (FileNotFoundError"), first_line

@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from dtc_train.pytorch_ddp import full_state_dicts, fully_shard_model
+from dtc_train.pytorch_ddp import fully_shard_model, sharded_state_dicts
 from dtc_train.torch_model import DigitsNet
 
 STEPS = 3
@@ -54,7 +54,7 @@ ddp_grads, ddp_weights = train(DistributedDataParallel(reference), ddp_tensors)
 sharded = DigitsNet()
 sharded.load_state_dict(initial)
 fsdp_grads, fsdp_weights = train(fully_shard_model(sharded, torch.device("cpu"), size), fsdp_tensors)
-whole, _ = full_state_dicts().get(sharded, None)
+whole, _ = sharded_state_dicts(local_rank=0).get(sharded, None)
 if rank == 0:
     print(json.dumps({
         "world_size": size,

@@ -16,9 +16,10 @@ gathered for their forward and backward and the gradients reduce-scattered). On 
 gradients are reduced as a sum then divided (``set_force_sum_reduction_for_comms``), the
 workaround for PyTorch #162338 (Gloo's AVG reduce-scatter summed without dividing);
 tests/integration/test_fsdp.py proves the gradients equal DDP's on the same batches.
-Checkpoints and the saved model hold the whole, unsharded state
-(``torch.distributed.checkpoint.state_dict``'s full state dicts, gathered on every rank), so a job
-resumes from them at another world size and ``model.pth`` loads into a plain ``DigitsNet``.
+Checkpoints are sharded: each rank writes its own part with ``torch.distributed.checkpoint``
+(``torch_common``: a new directory per checkpoint, named by ``checkpoint.pt``), and a job with
+another world size resumes from them resharded. The saved model holds the whole state (gathered
+on every rank), so ``model.pth`` loads into a plain ``DigitsNet``.
 
 Hyperparameters: see ``dtc_train.common.parse_args``, and ``--data-parallel`` (above).
 """
@@ -79,14 +80,20 @@ def fully_shard_model(module: torch.nn.Module, device: torch.device, size: int) 
     return module
 
 
-def full_state_dicts() -> torch_common.StateDicts:
-    """The whole model's and optimizer's state of a sharded model, gathered on every rank, and
-    loaded from a whole state into every rank's shards (``torch.distributed.checkpoint.state_dict``
-    with ``full_state_dict=True``): the same keys as the plain module's, at any world size."""
+def sharded_state_dicts(local_rank: int) -> torch_common.StateDicts:
+    """A sharded model's state (``torch.distributed.checkpoint``, PyTorch's DCP). Checkpoints:
+    each rank saves its own shards of the model and optimizer with ``dcp.save`` and loads with
+    ``dcp.load``, which reshards a state saved at another world size into this job's shards
+    (DCP's load-time resharding; ``get_state_dict``/``set_state_dict`` give the DTensor state and
+    create the optimizer's state before its first step). ``get`` (``model.pth``, the final digest)
+    gathers the whole state on every rank (``full_state_dict=True``): the plain module's keys, at
+    any world size. Local rank 0 prunes the host's older shard directories."""
+    import torch.distributed.checkpoint as dcp  # noqa: PLC0415  (FSDP2 only when chosen)
     from torch.distributed.checkpoint.state_dict import (  # noqa: PLC0415
         StateDictOptions,
         get_model_state_dict,
         get_optimizer_state_dict,
+        get_state_dict,
         set_state_dict,
     )
 
@@ -96,10 +103,17 @@ def full_state_dicts() -> torch_common.StateDicts:
         return (get_model_state_dict(model, options=full),
                 get_optimizer_state_dict(model, optimizer, options=full) if optimizer is not None else None)
 
-    def load(model, optimizer, model_state, optimizer_state):
-        set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state, options=full)
+    def save(model, optimizer, directory: str) -> None:
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
 
-    return torch_common.StateDicts(get, load)
+    def load(model, optimizer, directory: str) -> None:
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        state = {"model": model_state, "optimizer": optimizer_state}
+        dcp.load(state, checkpoint_id=directory)   # in place, into this rank's shards
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+    return torch_common.StateDicts(get, None, torch_common.ShardedCheckpoints(save, load, prunes=local_rank == 0))
 
 
 def _init_process_group(device: torch.device) -> None:
@@ -136,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     module = torch_model.DigitsNet().to(device)
     if args.data_parallel == "fsdp":
         model = fully_shard_model(module, device, size)
-        states = full_state_dicts()
+        states = sharded_state_dicts(local_rank)
     else:
         model = DistributedDataParallel(module, device_ids=[local_rank] if device.type == "cuda" else None)
         states = torch_common.PLAIN_STATE

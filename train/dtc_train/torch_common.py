@@ -14,19 +14,32 @@ the same step with its own data position (a managed-spot restart restores the di
 checkpoint is only ever replaced by a later one. An unreadable checkpoint is named in the log and
 training starts over; one from a different world size resumes the model and optimizer at the
 start of its epoch (the data positions belong to other shards). Nothing in it names a host.
+
+A sharded model (``StateDicts.shards``: FSDP2) keeps its model and optimizer state out of that
+file: every rank writes its own part into a new directory ``<checkpoint-dir>/shards-<ns>``
+(``torch.distributed.checkpoint``: one ``__<rank>_0.distcp`` file per rank and ``.metadata``),
+then rank 0 replaces ``checkpoint.pt``, which names that directory, and one rank per host
+removes the older ones. A job with another world size loads it resharded (DCP's load-time
+resharding). Every rank must see every rank's files at restart: the same shared directory, or
+SageMaker restoring the whole ``checkpoint_s3_uri`` prefix (which every host uploaded its part
+to) onto every host.
 """
 
 import os
+import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: caught by name
 
 from . import common, dali_data, observe, stop, torch_model
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_KEYS = frozenset({"epoch", "model", "optimizer", "rng"})
+SHARDS_PREFIX = "shards-"
 
 
 @dataclass(frozen=True)
@@ -48,17 +61,40 @@ class Collectives:
 
 
 @dataclass(frozen=True)
+class ShardedCheckpoints:
+    """How a sharded model's checkpoint state is written and read, each rank its own part.
+
+    Attributes:
+        save: ``(model, optimizer, directory) -> None``, collective: every rank writes its part
+            of the model's and optimizer's state into ``directory`` (created; new for each save).
+        load: ``(model, optimizer, directory) -> None``, collective: every rank reads its part,
+            at this job's world size, of the state saved there at any world size.
+        prunes: this rank removes the older shard directories once a checkpoint is written (one
+            rank per host: its local rank 0).
+    """
+
+    save: Callable[[torch.nn.Module, object, str], None]
+    load: Callable[[torch.nn.Module, object, str], None]
+    prunes: bool
+
+
+@dataclass(frozen=True)
 class StateDicts:
     """How the loop reads and loads the model's and the optimizer's state.
 
     Attributes:
-        get: ``(model, optimizer or None) -> (model state, optimizer state or None)``, called
-            by every rank (a collective for a sharded model).
-        load: ``(model, optimizer, model state, optimizer state) -> None`` on every rank.
+        get: ``(model, optimizer or None) -> (model state, optimizer state or None)``, the whole
+            state (checkpoints of a model every rank holds, ``model.pth``), called by every rank
+            (a collective for a sharded model).
+        load: ``(model, optimizer, model state, optimizer state) -> None`` on every rank: the
+            whole state into the model (``None`` when checkpoints are sharded).
+        shards: checkpoints written shard by shard, or ``None`` (the whole state in
+            ``checkpoint.pt``).
     """
 
     get: Callable[[torch.nn.Module, object], tuple[dict, dict | None]]
-    load: Callable[[torch.nn.Module, object, dict, dict], None]
+    load: Callable[[torch.nn.Module, object, dict, dict], None] | None
+    shards: ShardedCheckpoints | None = None
 
 
 def _load_plain(model, optimizer, model_state: dict, optimizer_state: dict) -> None:
@@ -107,6 +143,43 @@ def read_checkpoint(checkpoint_dir: str) -> dict | None:
     return state
 
 
+def _load_state(checkpoint_dir: str, state: dict, model, optimizer, states: StateDicts) -> None:
+    """Loads the checkpoint ``state`` (``read_checkpoint``) into ``model`` and ``optimizer``.
+
+    Raises:
+        ValueError: the checkpoint holds a sharded state and this job's model is whole, or back;
+            or its state does not load into ``model`` and ``optimizer``; or a sharded state's
+            files cannot be read.
+    """
+    path = os.path.join(checkpoint_dir, CHECKPOINT_NAME)
+    advice = "restart with the setting that wrote it, or give the job an empty checkpoint directory"
+    shards = state.get("sharded_state")
+    if bool(shards) != (states.shards is not None):
+        raise ValueError(
+            f"checkpoint {path} does not fit this model: it holds "
+            + ("a sharded model's state (data-parallel=fsdp) and this job's ranks each hold the whole model"
+               if shards else "a whole model's state and this job shards the model (data-parallel=fsdp)")
+            + f" (data-parallel=ddp and fsdp checkpoints differ); {advice}")
+    try:
+        if shards:
+            states.shards.load(model, optimizer, os.path.join(checkpoint_dir, shards))
+        else:
+            states.load(model, optimizer, state["model"], state["optimizer"])
+    except CheckpointException as error:   # every rank's failures, gathered by DCP
+        failure = next(iter(error.failures.values()))[0]
+        raise ValueError(
+            f"checkpoint {path}: its sharded state {os.path.join(checkpoint_dir, shards)} cannot be read "
+            f"({type(failure).__name__}: {str(failure).strip().splitlines()[0] if str(failure).strip() else ''}): "
+            "every rank's files must be there (SageMaker restores checkpoint_s3_uri's whole prefix to every host); "
+            "give the job an empty checkpoint directory to start over") from None
+    except (RuntimeError, KeyError, ValueError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(
+            f"checkpoint {path} does not fit this model ({type(error).__name__}: {first_line}): it was written by "
+            f"another model or data-parallel setting (data-parallel=ddp and fsdp checkpoints differ); {advice}"
+        ) from error
+
+
 def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
             collectives: Collectives, states: StateDicts = PLAIN_STATE) -> Resume:
     """Loads rank 0's checkpoint (if any) into ``model`` and ``optimizer`` on every rank
@@ -119,15 +192,7 @@ def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
     state = collectives.broadcast_object(read_checkpoint(args.checkpoint_dir) if rank == 0 else None)
     if state is None:
         return Resume()
-    try:
-        states.load(model, optimizer, state["model"], state["optimizer"])
-    except (RuntimeError, KeyError, ValueError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(
-            f"checkpoint {os.path.join(args.checkpoint_dir, CHECKPOINT_NAME)} does not fit this model "
-            f"({type(error).__name__}: {first_line}): it was written by another model or data-parallel setting "
-            "(data-parallel=ddp and fsdp checkpoints differ); restart with the setting that wrote it, or give the "
-            "job an empty checkpoint directory") from error
+    _load_state(args.checkpoint_dir, state, model, optimizer, states)
     epoch, step = state["epoch"], state.get("step", 0)
     positions = state.get("data_positions") or []
     same_layout = len(positions) == size and state.get("steps_per_epoch") == steps_per_epoch
@@ -154,13 +219,30 @@ def save_checkpoint(args, epoch: int, step: int, model, optimizer, train_batches
     gathered, and a sharded model's state); rank 0 writes."""
     positions = collectives.allgather_object(train_batches.position())
     total = collectives.allreduce_sum(sums, "checkpoint_train_sums") if sums is not None else None
-    model_state, optimizer_state = states.get(model, optimizer)
-    if rank != 0:
-        return
-    checkpoint = {"epoch": epoch, "step": step, "steps_per_epoch": steps_per_epoch, "model": model_state,
-                  "optimizer": optimizer_state, "rng": torch.get_rng_state(), "train_sums": total,
-                  "data_positions": positions}
-    common.atomic_write(os.path.join(args.checkpoint_dir, CHECKPOINT_NAME), lambda tmp: torch.save(checkpoint, tmp))
+    checkpoint = {"epoch": epoch, "step": step, "steps_per_epoch": steps_per_epoch, "rng": torch.get_rng_state(),
+                  "train_sums": total, "data_positions": positions}
+    if states.shards is not None:
+        shards = collectives.broadcast_object(f"{SHARDS_PREFIX}{time.time_ns()}" if rank == 0 else None)
+        states.shards.save(model, optimizer, os.path.join(args.checkpoint_dir, shards))
+        checkpoint.update(model=None, optimizer=None, sharded_state=shards)
+    else:
+        model_state, optimizer_state = states.get(model, optimizer)
+        checkpoint.update(model=model_state, optimizer=optimizer_state)
+    if rank == 0:
+        common.atomic_write(os.path.join(args.checkpoint_dir, CHECKPOINT_NAME),
+                            lambda tmp: torch.save(checkpoint, tmp))
+    if states.shards is not None:
+        collectives.sum_scalar(0.0, "checkpoint_written")   # checkpoint.pt names the new shards on every host
+        if states.shards.prunes:
+            remove_older_shards(args.checkpoint_dir, keep=shards)
+
+
+def remove_older_shards(checkpoint_dir: str, keep: str) -> None:
+    """Removes the shard directories (``shards-*``) in ``checkpoint_dir`` other than ``keep``; one
+    already gone (another host's rank removing it from a shared directory) is skipped."""
+    for entry in os.scandir(checkpoint_dir):
+        if entry.name.startswith(SHARDS_PREFIX) and entry.name != keep and entry.is_dir():
+            shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def device_for(data_device: str, local_rank: int) -> torch.device:
