@@ -44,20 +44,30 @@ pytestmark = [pytest.mark.image,
 ONE_PER_LAUNCHER = [name for name, strategy in STRATEGIES.items() if strategy.lost_master is not None]
 
 
-def test_mpi_tensorflow_on_two_hosts_reading_sharded_channels(tmp_path):
-    """mpi-tensorflow, the one strategy outside ONE_PER_LAUNCHER (those are checked the same way
-    at the end of their resumed run: test_a_two_host_job_stopped_mid_epoch_..._and_resumes), from
-    scratch to the end with both channels delivered ShardedByS3Key (#20 item 3): each host's tree
-    holds its half of the files (dtc_local deals them out) and its two ranks split it; the job
-    must still score all 360 validation images, reach 0.90 and end with identical weights."""
+# 1437 training files dealt to 2 hosts (719, 718). mpi-tensorflow: 2 ranks per host split them
+# into shards of 360, 359, 359, 359; batches of 32: ceil(359 / 32) = 12 steps, which every shard
+# fills. multi-worker-mirrored: one worker (1 replica) per host reads its host's part: ceil(718 /
+# 32) = 23 steps. Nothing is left unread either way.
+SHARDED_PLAN = {
+    "mpi-tensorflow": "rank shards of 359 to 360; 12 steps per epoch",
+    "multi-worker-mirrored": "rank shards of 718 to 719; 23 steps per epoch",
+}
+
+
+@pytest.mark.parametrize("case", SHARDED_PLAN)
+def test_two_hosts_reading_sharded_channels(case, tmp_path):
+    """#20 item 3, from scratch to the end with both channels delivered ShardedByS3Key: each
+    host's tree holds its half of the files (dtc_local deals them out), which its ranks split
+    (Horovod) or its worker reads (MultiWorkerMirrored); the job must still score all 360
+    validation images, reach 0.90 and end with identical weights. mpi-tensorflow is also the one
+    strategy outside ONE_PER_LAUNCHER (those are checked the same way at the end of their resumed
+    run: test_a_two_host_job_stopped_mid_epoch_..._and_resumes)."""
     assert [name for name in STRATEGIES if name not in ONE_PER_LAUNCHER] == ["mpi-tensorflow"]
-    done = check_two_host_job("mpi-tensorflow", tmp_path,
+    done = check_two_host_job(case, tmp_path,
                               extra_args=("--sharded-channel", "training", "--sharded-channel", "validation"))
     log = done.stdout + done.stderr
-    # 1437 training files dealt to 2 hosts (719, 718), split by 2 ranks each: shards 360, 359,
-    # 359, 359; batches of 32: ceil(359 / 32) = 12 steps, which every shard fills (nothing unread)
-    assert ("channel training is ShardedByS3Key over 2 instances: 1437 training images, rank shards of 359 to 360; "
-            "12 steps per epoch on every rank (the smallest shard's), 0 samples per epoch left for later epochs") in log
+    assert (f"channel training is ShardedByS3Key over 2 instances: 1437 training images, {SHARDED_PLAN[case]} on "
+            "every rank (the smallest shard's), 0 samples per epoch left for later epochs") in log, log[-4000:]
     for host, files in (("algo-1", 719), ("algo-2", 718)):
         part = tmp_path / "job" / host / "input" / "data" / "training"
         assert sum(1 for p in part.rglob("*.png")) == files

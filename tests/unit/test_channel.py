@@ -74,11 +74,12 @@ def _sharded_job(tmp_path, monkeypatch, hosts, distribution):
     (("algo-1",), "ShardedByS3Key", False),            # one host holds every shard
     (("algo-1", "algo-2"), "FullyReplicated", False),
 ])
-def test_a_sharded_channel_on_several_hosts_is_read_by_the_dali_trainers_and_refused_by_the_others(
+def test_a_sharded_channel_on_several_hosts_is_refused_by_the_parameter_server_only(
         tmp_path, monkeypatch, hosts, distribution, host_sharded):
     """Each host of a ShardedByS3Key job holds a different part: the DALI trainers (Horovod, DDP)
-    split the host's part among its ranks (dali_data); MultiWorkerMirrored and the parameter
-    server give every worker the whole channel, so they refuse it."""
+    split the host's part among its ranks (dali_data), MultiWorkerMirrored's workers read their
+    host's part; the parameter server's chief ships its host's channel to the workers, so it
+    refuses it."""
     from dtc_train import contract
 
     root = _sharded_job(tmp_path, monkeypatch, hosts, distribution)
@@ -87,8 +88,10 @@ def test_a_sharded_channel_on_several_hosts_is_read_by_the_dali_trainers_and_ref
     if host_sharded:
         with pytest.raises(ValueError, match=r"^channel 'training' is ShardedByS3Key \(input/config/inputdataconfig"
                                              r"\.json\) on 2 hosts, but builtin:tensorflow under parameter_server "
-                                             r"needs every host to hold the whole channel: set the channel's "
-                                             r"S3DataDistributionType to FullyReplicated.*or run it with mpi"):
+                                             r"needs every host to hold the whole channel \(its chief reads the "
+                                             r"channel and sends the batches to the workers\): set the channel's "
+                                             r"S3DataDistributionType to FullyReplicated.*or run it with mpi "
+                                             r"\(Horovod\) or multi_worker_mirrored_strategy"):
             contract.refuse_host_sharded("training", "parameter_server")
     else:
         contract.refuse_host_sharded("training", "parameter_server")

@@ -12,7 +12,13 @@ The training channel is read into memory and auto-sharded by the strategy (``DAT
 each replica takes its part of every global batch of ``batch-size`` x replicas); gradients are
 all-reduced by the strategy's collectives; each epoch every worker scores the whole validation
 channel with its replica of the weights (identical on all workers, so the accuracy is exact
-and the same everywhere). Worker 0 (the chief) logs one metric line per epoch, writes the
+and the same everywhere). A ``ShardedByS3Key`` channel (each host holding its part:
+``contract.host_sharded``) is read per worker instead: each worker trains on its host's part
+(``distribute_datasets_from_function``, its replicas taking successive batches of
+``batch-size``), every worker runs the smallest part's steps (``dali_data.rank_data``: the rest
+counted in the log), labels come from every host's class folders, and a sharded validation
+channel's sums are added over the workers, so the accuracy stays exact over all its files.
+Worker 0 (the chief) logs one metric line per epoch, writes the
 checkpoint (``tf_checkpoint``: on the ``checkpoint-every`` schedule and when the job is stopped,
 after the step in which any worker got SIGTERM) and saves the SavedModel to ``<model_dir>/1``;
 the others save to a scratch directory, as the strategy requires every worker to take part in
@@ -25,9 +31,11 @@ Hyperparameters: see ``dtc_train.common.parse_args`` (``--batch-size`` is per re
 """
 
 import argparse
+import base64
+import itertools
 import json
-import math
 import os
+import pickle
 import sys
 import tempfile
 from collections.abc import Callable
@@ -43,17 +51,20 @@ from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
 from tensorflow.python.distribute import multi_worker_util
 from tensorflow.python.eager import context
 
-from . import common, contract, image_folder, observe, stop, tf_checkpoint, tf_model
+from . import common, contract, dali_data, image_folder, observe, stop, tf_checkpoint, tf_model
 # isort: on
 
 
 class EpochReport(keras.callbacks.Callback):
-    """Validation over the whole channel and the metric line, per epoch."""
+    """Validation over the whole channel and the metric line, per epoch. ``sum_over_workers``:
+    for a validation channel each worker holds a part of (``_worker_totals``), else ``None``."""
 
     def __init__(self, validation: tuple[np.ndarray, np.ndarray], observer: observe.Observer,
-                 stopper: tf_checkpoint.StopAndCheckpoint):
+                 stopper: tf_checkpoint.StopAndCheckpoint,
+                 sum_over_workers: Callable[[list[float]], np.ndarray] | None = None):
         super().__init__()
         self.validation, self.observer, self.stopper = validation, observer, stopper
+        self.sum_over_workers = sum_over_workers
         self.val_accuracy = 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -66,10 +77,13 @@ class EpochReport(keras.callbacks.Callback):
         self.observer.end_training_steps()
         images, labels = self.validation
         loss_sum, correct = tf_model.sparse_metrics(self.model(images, training=False), labels)
-        self.val_accuracy = correct / len(labels)
+        count = len(labels)
+        if self.sum_over_workers is not None:
+            loss_sum, correct, count = self.sum_over_workers([loss_sum, correct, count])
+        self.val_accuracy = float(correct / count)
         self.observer.end_epoch(epoch + 1, train_loss=logs["loss"], train_accuracy=logs["accuracy"],
-                                val_loss=loss_sum / len(labels), val_accuracy=self.val_accuracy,
-                                val_samples=len(labels))
+                                val_loss=float(loss_sum / count), val_accuracy=self.val_accuracy,
+                                val_samples=int(round(count)))
 
 
 def _sum_over_workers(strategy: tf.distribute.Strategy) -> Callable[[float], float]:
@@ -83,16 +97,44 @@ def _sum_over_workers(strategy: tf.distribute.Strategy) -> Callable[[float], flo
     return sum_over_workers
 
 
-def _from_chief(strategy: tf.distribute.Strategy, value: np.ndarray) -> np.ndarray:
-    """The chief's ``value`` on every worker: an all-reduce to which only the first replica in
-    sync (the chief's) contributes."""
+def _sum_of_contributions(strategy: tf.distribute.Strategy, value, contributes: Callable) -> np.ndarray:
+    """float64 ``value`` summed over the replicas for which ``contributes(replica id in sync)``
+    holds (the others add zeros): the strategy's all-reduce, run eagerly."""
     value = np.asarray(value, dtype=np.float64)
 
     def contribution():
-        first = tf.distribute.get_replica_context().replica_id_in_sync_group == 0
-        return tf.where(first, tf.constant(value), tf.zeros_like(value))
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return tf.where(contributes(replica), tf.constant(value), tf.zeros_like(value))
 
     return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(contribution), axis=None).numpy()
+
+
+def _from_chief(strategy: tf.distribute.Strategy, value: np.ndarray) -> np.ndarray:
+    """The chief's ``value`` on every worker (only the first replica in sync, the chief's, contributes)."""
+    return _sum_of_contributions(strategy, value, lambda replica: replica == 0)
+
+
+def _worker_totals(strategy: tf.distribute.Strategy) -> Callable[[list[float]], np.ndarray]:
+    """``values -> their float64 sums over the workers``, each worker counted once: its first
+    replica contributes (MultiWorkerMirrored numbers a worker's replicas consecutively)."""
+    local_replicas = len(strategy.extended.worker_devices)
+    return lambda values: _sum_of_contributions(strategy, values, lambda replica: replica % local_replicas == 0)
+
+
+def _allgather_object(task_id: int, workers: int) -> Callable[[object], list]:
+    """``obj -> [worker 0's, worker 1's, ...]`` on every worker, through the key-value store of
+    TensorFlow's coordination service (each call its own keys; a get waits for the key). For the
+    few small objects ``dali_data.rank_data`` exchanges about ShardedByS3Key channels."""
+    calls = itertools.count()
+
+    def allgather(obj) -> list:
+        key = f"dtc_train/allgather/{next(calls)}"
+        store = context.context()
+        store.set_config_key_value(f"{key}/{task_id}", base64.b64encode(pickle.dumps(obj)).decode())
+        return [pickle.loads(base64.b64decode(store.get_config_key_value(f"{key}/{worker}")))
+                for worker in range(workers)]
+
+    return allgather
 
 
 def _restore_on_every_worker(strategy, args, model, is_chief: bool) -> tuple[int, int]:
@@ -180,28 +222,33 @@ def main(argv: list[str] | None = None) -> int:
     common.configure_logging(task_id)
     tf.keras.utils.set_random_seed(args.seed)
 
-    shown = common.log if is_chief else None   # ignored files named once
-    for channel_name in (args.train_channel, args.validation_channel):
-        contract.refuse_host_sharded(channel_name, "multi_worker_mirrored_strategy")
-    train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel), shown, args.corrupt_images)
-    validation = image_folder.load(contract.channel_dir(args.validation_channel), shown, args.corrupt_images)
-    replicas = strategy.num_replicas_in_sync
+    replicas, local_replicas = strategy.num_replicas_in_sync, len(strategy.extended.worker_devices)
     global_batch = args.batch_size * replicas
-    steps = math.ceil(len(train_labels) / global_batch)
+    # a worker is a host: its replicas read batch-size each per step (rank_data's batch)
+    place = dali_data.Place(task_id, workers, 0, 1, contract.current_host())
+    data = dali_data.rank_data(args.train_channel, args.validation_channel, args.batch_size * local_replicas,
+                               place, _allgather_object(task_id, workers), args.corrupt_images)
+    train_images, train_labels = image_folder.read(data.train.listing)
+    validation = image_folder.read(data.val.listing)
+    steps = data.steps_per_epoch
     common.log.info("TensorFlow %s %s: %s %d of %d workers (host %s), %d replicas on %s; "
                     "%d training images (%d steps/epoch), %d validation images", tf.__version__,
                     type(strategy).__name__, task_type, task_id, workers, contract.current_host(), replicas,
-                    ", ".join(strategy.extended.worker_devices), len(train_labels), steps, len(validation[1]))
+                    ", ".join(strategy.extended.worker_devices), data.train.total, steps, data.val.total)
 
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
 
-    def epoch_input(epoch: int, first_step: int) -> tf.data.Dataset:
+    def epoch_input(epoch: int, first_step: int):
         # epoch's global batches, shuffled by the seed and the epoch, from first_step on: what an
         # uninterrupted job reads
-        return (tf.data.Dataset.from_tensor_slices((train_images, train_labels))
-                .shuffle(len(train_labels), seed=args.seed + epoch).repeat()
-                .batch(global_batch, drop_remainder=True).skip(first_step).with_options(options))
+        shuffled = (tf.data.Dataset.from_tensor_slices((train_images, train_labels))
+                    .shuffle(len(train_labels), seed=args.seed + epoch).repeat())
+        if not data.train.host_sharded:
+            return shuffled.batch(global_batch, drop_remainder=True).skip(first_step).with_options(options)
+        # this worker's part only, its replicas taking successive batches (no sharding by the strategy)
+        return strategy.distribute_datasets_from_function(
+            lambda _context: shuffled.batch(args.batch_size, drop_remainder=True).skip(first_step * local_replicas))
 
     with strategy.scope():
         model = tf_model.build_model()
@@ -212,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     epoch, step = _restore_on_every_worker(strategy, args, model, is_chief)
     observer = observe.Observer(args, task_id, workers, steps, global_batch, name)
     stopper = tf_checkpoint.StopAndCheckpoint(args, stop_request, _sum_over_workers(strategy), is_chief, steps)
-    report = EpochReport(validation, observer, stopper)
+    report = EpochReport(validation, observer, stopper, _worker_totals(strategy) if data.val.host_sharded else None)
     try:
         tf_checkpoint.fit_from(model, epoch_input, epoch=epoch, step=step, epochs=args.epochs, steps_per_epoch=steps,
                                callbacks=[report, stopper], stopper=stopper)
