@@ -167,6 +167,27 @@ def test_a_torchrun_ranks_exception_is_the_first_line_with_its_rank_and_host():
                         "on host algo-2.")
 
 
+ROOT_CAUSE_SIGABRT = ["Root Cause (first observed failure):", "[0]:", "  host      : algo-1",
+                      "  rank      : 1 (local_rank: 1)", "  exitcode  : -6 (pid: 42)  (SIGABRT)"]
+
+
+def test_a_rank_that_raised_then_aborted_at_exit_is_named_by_its_exception():
+    """PyTorch 2.13's Gloo can abort a rank's exit after its exception (pytorch#179291), and
+    torchrun then names the SIGABRT as the root cause (seen in test_fsdp, 2026-11-24)."""
+    stderr = [f"[rank0]: {line}" for line in TRACEBACK] + [f"[rank1]: {line}" for line in TRACEBACK] + [
+        "[rank1]: terminate called without an active exception", *ROOT_CAUSE_SIGABRT]
+    lines = report.describe_failure("builtin:pytorch", 1, stderr).splitlines()
+    assert lines[0] == "ValueError: learning rate must be positive"
+    assert lines[2].endswith("the error above was raised on rank 1 on host algo-1.")
+
+
+def test_a_rank_aborted_without_an_exception_of_its_own_is_the_first_line():
+    """Another rank's exception (a lost peer's connection, say) follows from the abort."""
+    stderr = [f"[rank0]: {line}" for line in TRACEBACK] + ROOT_CAUSE_SIGABRT
+    assert report.describe_failure("builtin:pytorch", 1, stderr).splitlines()[0] == (
+        "rank 1 on host algo-1 was killed by SIGABRT")
+
+
 def test_torchruns_root_cause_with_an_exit_code_names_rank_and_host():
     stderr = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-24_08:00:00",
               "  host      : algo-2", "  rank      : 1 (local_rank: 0)", "  exitcode  : 3 (pid: 42)"]
