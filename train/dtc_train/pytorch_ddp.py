@@ -21,7 +21,8 @@ Checkpoints are sharded: each rank writes its own part with ``torch.distributed.
 another world size resumes from them resharded. The saved model holds the whole state (gathered
 on every rank), so ``model.pth`` loads into a plain ``DigitsNet``.
 
-Hyperparameters: see ``dtc_train.common.parse_args``, and ``--data-parallel`` (above).
+Hyperparameters: see ``dtc_train.common.parse_args``, ``--precision`` (``torch_common.add_arguments``)
+and ``--data-parallel`` (above).
 """
 
 import datetime
@@ -58,6 +59,7 @@ def _collectives(device: torch.device) -> torch_common.Collectives:
 
 
 def _add_arguments(parser) -> None:
+    torch_common.add_arguments(parser)
     parser.add_argument("--data-parallel", choices=("ddp", "fsdp"), default="ddp",
                         help="ddp: every rank holds the whole model (DistributedDataParallel); fsdp: the model, "
                              "its gradients and optimizer state are sharded over the ranks (FSDP2 fully_shard)")
@@ -128,6 +130,10 @@ def _init_process_group(device: torch.device) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = common.parse_args(__doc__.split("\n\n")[0], argv, _add_arguments)
+    if args.data_parallel == "fsdp" and args.precision == "fp16":
+        # GradScaler decides on each rank's own gradient shards whether to skip a step
+        raise ValueError("precision=fp16 is not supported with data-parallel=fsdp (loss scaling would judge each "
+                         "rank's gradient shard alone): use precision=bf16, which needs no loss scaling")
     stop_request = stop.StopRequest()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch_common.device_for(args.data_device, local_rank)
@@ -156,9 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         states = torch_common.PLAIN_STATE
     # gradients are averaged over the ranks; the linear scaling rule multiplies the rate by the world size.
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
-    resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives, states)
+    precision = torch_common.Precision.build(args.precision, device)
+    resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives, states,
+                                  precision)
     code = torch_common.train(args, model, module, optimizer, data, device, dali_device_id, rank, size, collectives,
-                              stop_request, resume, args.data_parallel, states)
+                              stop_request, resume, args.data_parallel, states, precision)
     if code == 0:
         dist.barrier()   # every rank leaves after rank 0 has saved
     dist.destroy_process_group()

@@ -9,7 +9,8 @@ validation shards. Rank 0 logs one metric line per epoch, writes atomic checkpoi
 it had reached: ``torch_common``), and saves ``model.pth`` (the state dict) with ``model.json``
 to the model directory. Stopped (SIGTERM), every rank exits 143 after the checkpoint.
 
-Hyperparameters: see ``dtc_train.common.parse_args``.
+Hyperparameters: see ``dtc_train.common.parse_args``, and ``--precision``
+(``torch_common.add_arguments``).
 """
 
 import sys
@@ -31,7 +32,7 @@ def _collectives() -> torch_common.Collectives:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    args = common.parse_args(__doc__.split("\n\n")[0], argv, torch_common.add_arguments)
     stop_request = stop.StopRequest()
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -54,11 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     # wrapped before the checkpoint is loaded: the wrapper is a new optimizer object whose state
     # starts empty, so state loaded into the plain one (momentum buffers) would be dropped
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-    resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives)
+    precision = torch_common.Precision.build(args.precision, device, horovod=True)
+    resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives,
+                                  precision=precision)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     code = torch_common.train(args, model, model, optimizer, data, device, dali_device_id, rank, size, collectives,
-                              stop_request, resume, "horovod")
+                              stop_request, resume, "horovod", precision=precision)
     if code == 0:
         hvd.join()   # every rank leaves after rank 0 has saved
     return code

@@ -107,6 +107,64 @@ PLAIN_STATE = StateDicts(lambda model, optimizer: (model.state_dict(), optimizer
                          _load_plain)
 
 
+# --precision: the autocast dtype of each choice (None: no autocast)
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def add_arguments(parser) -> None:
+    """The hyperparameters both PyTorch trainers add to ``common.parse_args``'s."""
+    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
+                        help="fp32; bf16 or fp16: each step's forward pass and loss under torch.autocast (weights, "
+                             "gradients and optimizer state stay fp32); fp16 adds dynamic loss scaling "
+                             "(torch.amp.GradScaler)")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How a step computes (``--precision``; PyTorch's automatic mixed precision recipe,
+    docs.pytorch.org/docs/stable/notes/amp_examples.html).
+
+    Attributes:
+        name: ``fp32``, ``bf16`` or ``fp16``.
+        dtype: the autocast dtype of the forward pass and loss (``None``: fp32, no autocast).
+        scaler: fp16's dynamic loss scaling (``torch.amp.GradScaler``), else ``None``.
+        horovod: the optimizer is Horovod's ``DistributedOptimizer``, whose gradient allreduce
+            must finish before they are unscaled (Horovod's AMP recipe: ``synchronize()``, then
+            ``unscale_``, then ``step`` under ``skip_synchronize()``).
+    """
+
+    name: str = "fp32"
+    dtype: torch.dtype | None = None
+    scaler: "torch.amp.GradScaler | None" = None
+    horovod: bool = False
+
+    @classmethod
+    def build(cls, name: str, device: torch.device, horovod: bool = False) -> "Precision":
+        """The ``--precision`` choice ``name`` for steps on ``device``."""
+        scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
+        return cls(name, PRECISIONS[name], scaler, horovod)
+
+    def backward_and_step(self, loss: torch.Tensor, optimizer) -> None:
+        """Backward pass of ``loss`` and one optimizer step (loss-scaled under fp16: a step whose
+        gradients hold inf or NaN is skipped and the scale halved, GradScaler's rule)."""
+        if self.scaler is None:
+            loss.backward()
+            optimizer.step()
+            return
+        self.scaler.scale(loss).backward()
+        if self.horovod:
+            optimizer.synchronize()
+            self.scaler.unscale_(optimizer)
+            with optimizer.skip_synchronize():
+                self.scaler.step(optimizer)
+        else:
+            self.scaler.step(optimizer)
+        self.scaler.update()
+
+
+FP32 = Precision()
+
+
 @dataclass(frozen=True)
 class Resume:
     """Where a restarted job goes on: ``epoch`` epochs done, ``step`` steps of the next one done.
@@ -181,10 +239,11 @@ def _load_state(checkpoint_dir: str, state: dict, model, optimizer, states: Stat
 
 
 def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
-            collectives: Collectives, states: StateDicts = PLAIN_STATE) -> Resume:
+            collectives: Collectives, states: StateDicts = PLAIN_STATE, precision: Precision = FP32) -> Resume:
     """Loads rank 0's checkpoint (if any) into ``model`` and ``optimizer`` on every rank
-    (``states``) and returns where training goes on, with this rank's data position. Call before
-    building the training pipeline (``dali_data.RankData.pipelines(train_position=...)``).
+    (``states``), and fp16's loss scale into ``precision.scaler``, and returns where training
+    goes on, with this rank's data position. Call before building the training pipeline
+    (``dali_data.RankData.pipelines(train_position=...)``).
 
     Raises:
         ValueError: the checkpoint's state does not load into ``model`` and ``optimizer``.
@@ -193,6 +252,8 @@ def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
     if state is None:
         return Resume()
     _load_state(args.checkpoint_dir, state, model, optimizer, states)
+    if precision.scaler is not None and state.get("grad_scaler"):
+        precision.scaler.load_state_dict(state["grad_scaler"])
     epoch, step = state["epoch"], state.get("step", 0)
     positions = state.get("data_positions") or []
     same_layout = len(positions) == size and state.get("steps_per_epoch") == steps_per_epoch
@@ -213,14 +274,15 @@ def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
 
 def save_checkpoint(args, epoch: int, step: int, model, optimizer, train_batches: "Batches",
                     sums: torch.Tensor | None, rank: int, steps_per_epoch: int, collectives: Collectives,
-                    states: StateDicts = PLAIN_STATE) -> None:
+                    states: StateDicts = PLAIN_STATE, precision: Precision = FP32) -> None:
     """Writes the checkpoint of position (``epoch`` done, ``step`` steps of the next done).
     Collective: every rank calls it at the same step (its data position and epoch sums are
     gathered, and a sharded model's state); rank 0 writes."""
     positions = collectives.allgather_object(train_batches.position())
     total = collectives.allreduce_sum(sums, "checkpoint_train_sums") if sums is not None else None
     checkpoint = {"epoch": epoch, "step": step, "steps_per_epoch": steps_per_epoch, "rng": torch.get_rng_state(),
-                  "train_sums": total, "data_positions": positions}
+                  "train_sums": total, "data_positions": positions,
+                  "grad_scaler": precision.scaler.state_dict() if precision.scaler is not None else None}
     if states.shards is not None:
         shards = collectives.broadcast_object(f"{SHARDS_PREFIX}{time.time_ns()}" if rank == 0 else None)
         states.shards.save(model, optimizer, os.path.join(args.checkpoint_dir, shards))
@@ -285,14 +347,15 @@ class Batches:
         return self.iterator.checkpoints()[0]
 
 
-def train_step(model, optimizer, train_batches: Batches) -> torch.Tensor:
-    """One optimizer step; returns this rank's float64 [loss sum, correct, samples] of the batch."""
+def train_step(model, optimizer, train_batches, precision: Precision = FP32) -> torch.Tensor:
+    """One optimizer step on the next (images, labels) of ``train_batches``, the forward pass and
+    loss in ``precision``; returns this rank's float64 [loss sum, correct, samples] of the batch."""
     images, labels = next(train_batches)
     optimizer.zero_grad()
-    logits = model(images)
-    loss = F.cross_entropy(logits, labels)
-    loss.backward()
-    optimizer.step()
+    with torch.autocast(images.device.type, dtype=precision.dtype, enabled=precision.dtype is not None):
+        logits = model(images)
+        loss = F.cross_entropy(logits, labels)
+    precision.backward_and_step(loss, optimizer)
     return torch.tensor([loss.item() * len(labels), (logits.argmax(1) == labels).sum().item(), len(labels)],
                         dtype=torch.float64)
 
@@ -317,7 +380,7 @@ def evaluate(model, val_batches: Batches, shard: dali_data.Shard, collectives: C
 
 def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches, val_batches: Batches, rank: int,
         collectives: Collectives, observer: observe.Observer, stop_request: stop.StopRequest,
-        resume: Resume = Resume(), states: StateDicts = PLAIN_STATE) -> float:
+        resume: Resume = Resume(), states: StateDicts = PLAIN_STATE, precision: Precision = FP32) -> float:
     """Trains from ``resume`` to ``args.epochs``: the steps of each epoch, then the training sums
     all-reduced and exact validation; rank 0 reports the epoch (``observer``: metric line,
     TensorBoard). Checkpoints (``save_checkpoint``) on the ``--checkpoint-every`` schedule, after
@@ -328,7 +391,8 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
     steps = data.steps_per_epoch
 
     def save(epoch: int, step: int, sums: torch.Tensor | None) -> None:
-        save_checkpoint(args, epoch, step, model, optimizer, train_batches, sums, rank, steps, collectives, states)
+        save_checkpoint(args, epoch, step, model, optimizer, train_batches, sums, rank, steps, collectives, states,
+                        precision)
 
     if resume.epoch >= args.epochs:
         if rank == 0:
@@ -343,7 +407,7 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
         if first_step and resume.train_sums is not None:
             sums += resume.train_sums
         for step in range(first_step + 1, steps + 1):
-            sums += train_step(model, optimizer, train_batches)
+            sums += train_step(model, optimizer, train_batches, precision)
             observer.step_done()
             global_step = (epoch - 1) * steps + step
             signum = stop_request.agreed(global_step, lambda flag: collectives.sum_scalar(flag, "stop_requested"))
@@ -363,7 +427,8 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
 
 def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankData, device: torch.device,
           dali_device_id: int | None, rank: int, size: int, collectives: Collectives,
-          stop_request: stop.StopRequest, resume: Resume, strategy: str, states: StateDicts = PLAIN_STATE) -> int:
+          stop_request: stop.StopRequest, resume: Resume, strategy: str, states: StateDicts = PLAIN_STATE,
+          precision: Precision = FP32) -> int:
     """Builds this rank's pipelines (the training one at ``resume``'s data position), trains
     (``fit``), saves the model (``finish``, from ``module``: the model without its data-parallel
     wrapper) and writes the report. Returns 0, or ``128 + N`` when stopped by signal N (the
@@ -372,19 +437,22 @@ def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankD
                                           seed=args.seed, num_threads=args.dali_threads,
                                           train_position=resume.data_position)
     observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, strategy)
+    if rank == 0 and precision.dtype is not None:
+        common.log.info("precision %s: forward pass and loss under torch.autocast(%s, %s)%s", precision.name,
+                        device.type, precision.dtype, ", loss scaling (GradScaler)" if precision.scaler else "")
     try:
         val_accuracy = fit(args, model, optimizer, data, Batches(train_pipe, device), Batches(val_pipe, device), rank,
-                           collectives, observer, stop_request, resume, states)
+                           collectives, observer, stop_request, resume, states, precision)
     except stop.Stopped as stopped:
         observer.close()
         return stopped.exit_code
-    finish(args, module, rank, size, val_accuracy, states)
+    finish(args, module, rank, size, val_accuracy, states, precision.name)
     observer.close()
     return 0
 
 
 def finish(args, model: torch.nn.Module, rank: int, size: int, val_accuracy: float,
-           states: StateDicts = PLAIN_STATE) -> None:
+           states: StateDicts = PLAIN_STATE, precision: str = "fp32") -> None:
     """Every rank prints its weights' digest (of the whole model: ``states``); rank 0 saves
     ``model.pth`` (state dict) and ``model.json`` to the model directory."""
     model_state, _ = states.get(model, None)
@@ -398,5 +466,5 @@ def finish(args, model: torch.nn.Module, rank: int, size: int, val_accuracy: flo
         "framework": "pytorch", "format": "state_dict", "class": "dtc_train.torch_model.DigitsNet",
         "input_shape": list(torch_model.INPUT_SHAPE), "input_scale": "pixel / 255",
         "classes": [str(c) for c in range(torch_model.NUM_CLASSES)],
-        "val_accuracy": val_accuracy, "epochs": args.epochs, "world_size": size})
+        "val_accuracy": val_accuracy, "epochs": args.epochs, "world_size": size, "precision": precision})
     common.log.info("saved %s", os.path.join(args.model_dir, "model.pth"))

@@ -1,0 +1,91 @@
+"""``precision`` in the PyTorch trainers (#19 item 3): ``bf16`` and ``fp16`` run each step's
+forward pass and loss under ``torch.autocast`` (fp16 with dynamic loss scaling), the weights,
+gradients and optimizer state staying fp32; end to end under DDP (torchrun) and Horovod (mpirun)."""
+
+import json
+
+import pytest
+import torch
+
+from dtc_train import torch_common, torch_model
+from helpers import METRIC, digits_job, mpi_digits_job, own_torch_port, run_train, torch_load
+
+pytestmark = pytest.mark.e2e
+
+
+def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.rand(16, *torch_model.INPUT_SHAPE, generator=generator)
+    return images, torch.randint(0, 10, (16,), generator=generator)
+
+
+def _one_step(precision_name: str, images: torch.Tensor, labels: torch.Tensor):
+    """One train_step of a fresh DigitsNet (seed 0) in ``precision_name``. Returns (the first
+    convolution's output dtype inside the step, the model, its gradients, the Precision)."""
+    torch.manual_seed(0)
+    model = torch_model.DigitsNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    precision = torch_common.Precision.build(precision_name, torch.device("cpu"))
+    seen = []
+    model.features[0].register_forward_hook(lambda _module, _inputs, output: seen.append(output.dtype))
+    torch_common.train_step(model, optimizer, iter([(images, labels)]), precision)
+    return seen[0], model, [p.grad.clone() for p in model.parameters()], precision
+
+
+@pytest.mark.parametrize("name, inside", [("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_the_step_computes_in_the_chosen_precision_and_keeps_fp32_state(name, inside):
+    dtype, model, grads, precision = _one_step(name, *_batch())
+    assert dtype == inside
+    assert all(p.dtype == torch.float32 for p in model.parameters()) and all(g.dtype == torch.float32 for g in grads)
+    _, _, reference, _ = _one_step("fp32", *_batch())
+    # the gradients are fp32's up to the low precision's rounding: fp16's loss scale is undone
+    # (unscaled they would be 65536 times larger), bf16's 8-bit mantissa gives about 1 % error
+    largest = max(float(g.abs().max()) for g in reference)
+    difference = max(float((g - r).abs().max()) for g, r in zip(grads, reference, strict=True))
+    assert difference <= {"fp32": 0.0, "bf16": 0.05, "fp16": 0.01}[name] * largest, (difference, largest)
+    if name == "fp16":
+        assert precision.scaler.get_scale() == 65536.0      # GradScaler's initial scale, kept after a finite step
+
+
+def test_fp16_skips_a_step_whose_gradients_overflow_and_halves_the_scale():
+    images, labels = _batch()
+    images[0, 0, 0, 0] = float("inf")
+    torch.manual_seed(0)
+    before = [p.detach().clone() for p in torch_model.DigitsNet().parameters()]
+    _, model, _, precision = _one_step("fp16", images, labels)
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True))   # not applied
+    assert precision.scaler.get_scale() == 32768.0
+
+
+def test_ddp_trains_in_bf16(digits_channels, tmp_path):
+    root = digits_job(tmp_path, digits_channels, {
+        "sagemaker_program": "builtin:pytorch", "sagemaker_torch_distributed_enabled": True,
+        "sagemaker_mpi_num_of_processes_per_host": 2, "precision": "bf16", "epochs": 12})
+    result = run_train(root, env=own_torch_port())
+    assert result.returncode == 0, result.output[-4000:]
+    assert "precision bf16: forward pass and loss under torch.autocast(cpu, torch.bfloat16)" in result.output
+    accuracy = [float(acc) for _, _, acc, _ in METRIC.findall(result.stdout)]
+    assert len(accuracy) == 12 and accuracy[-1] >= 0.90, accuracy
+    assert json.loads((root / "model" / "model.json").read_text())["precision"] == "bf16"
+
+
+def test_horovod_trains_in_fp16_with_loss_scaling_kept_in_the_checkpoint(digits_channels, tmp_path):
+    root = mpi_digits_job(tmp_path, digits_channels, "pytorch", precision="fp16")
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-4000:]
+    assert ("precision fp16: forward pass and loss under torch.autocast(cpu, torch.float16), loss scaling "
+            "(GradScaler)") in result.output
+    accuracy = [float(acc) for _, _, acc, _ in METRIC.findall(result.stdout)]
+    assert len(accuracy) == 12 and accuracy[-1] >= 0.90, accuracy
+    assert torch_load(root / "checkpoints" / "checkpoint.pt")["grad_scaler"]["scale"] >= 1.0
+
+
+def test_fp16_under_fsdp_is_refused_before_training(digits_channels, tmp_path):
+    root = digits_job(tmp_path, digits_channels, {
+        "sagemaker_program": "builtin:pytorch", "sagemaker_torch_distributed_enabled": True,
+        "sagemaker_mpi_num_of_processes_per_host": 1, "precision": "fp16", "data-parallel": "fsdp", "epochs": 1})
+    result = run_train(root, env=own_torch_port(), timeout_s=300)
+    assert result.returncode != 0 and not METRIC.findall(result.stdout), result.output[-3000:]
+    assert result.failure.splitlines()[0] == (
+        "ValueError: precision=fp16 is not supported with data-parallel=fsdp (loss scaling would judge each rank's "
+        "gradient shard alone): use precision=bf16, which needs no loss scaling")
