@@ -68,24 +68,24 @@ def test_fsdp_trains_saves_a_whole_model_and_resumes_at_another_world_size(digit
     assert json.loads(scored.stdout.strip().splitlines()[-1])["accuracy"] >= 0.90   # a plain DigitsNet loads it
 
     # the same tree, one process instead of two and two more epochs: DCP reshards the two ranks'
-    # state into one rank's "shards" (the whole model) and training goes on at epoch 9
-    root = _fsdp_job(tmp_path, digits_channels, processes_per_host=1, epochs=10)
-    resumed = run_train(root, env=own_torch_port())
-    assert resumed.returncode == 0, resumed.output[-4000:]
-    assert [int(v) for v in RESUMING.search(resumed.output).groups()] == [8, 0]
-    epochs = [(int(e), float(acc)) for e, _, acc, _ in METRIC.findall(resumed.stdout)]
-    assert [e for e, _ in epochs] == [9, 10] and epochs[-1][1] >= 0.90, epochs
-    assert json.loads((root / "model" / "model.json").read_text())["world_size"] == 1
+    # state into one rank's "shards" (the whole model) and training goes on at epoch 9; then back,
+    # the one rank's shards into two ranks' for epochs 11 and 12
+    _resume_and_check(tmp_path, digits_channels, processes_per_host=1, done=8)
+    _resume_and_check(tmp_path, digits_channels, processes_per_host=2, done=10)
 
-    # and back: the one rank's shards into two ranks' for epochs 11 and 12
-    root = _fsdp_job(tmp_path, digits_channels, processes_per_host=2, epochs=12)
+
+def _resume_and_check(tmp_path, digits_channels, processes_per_host: int, done: int) -> None:
+    """Runs the FSDP job in ``tmp_path`` again with ``processes_per_host`` ranks for two more epochs
+    than the ``done`` its checkpoint holds: it resumes there and ends >= 0.90, identical weights."""
+    root = _fsdp_job(tmp_path, digits_channels, processes_per_host=processes_per_host, epochs=done + 2)
     resumed = run_train(root, env=own_torch_port())
     assert resumed.returncode == 0, resumed.output[-4000:]
-    assert [int(v) for v in RESUMING.search(resumed.output).groups()] == [10, 0]
+    assert [int(v) for v in RESUMING.search(resumed.output).groups()] == [done, 0]
     epochs = [(int(e), float(acc)) for e, _, acc, _ in METRIC.findall(resumed.stdout)]
-    assert [e for e, _ in epochs] == [11, 12] and epochs[-1][1] >= 0.90, epochs
+    assert [e for e, _ in epochs] == [done + 1, done + 2] and epochs[-1][1] >= 0.90, epochs
     digests = {int(rank): digest for rank, size, digest in DIGEST.findall(resumed.stdout)}
-    assert set(digests) == {0, 1} and len(set(digests.values())) == 1
+    assert set(digests) == set(range(processes_per_host)) and len(set(digests.values())) == 1
+    assert json.loads((root / "model" / "model.json").read_text())["world_size"] == processes_per_host
 
 
 @pytest.mark.parametrize("first, then", [("ddp", "fsdp"), ("fsdp", "ddp")])
