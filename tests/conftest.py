@@ -61,3 +61,14 @@ def digits_channels(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("digits")
     digits.export(str(root))
     return root
+
+
+@pytest.fixture(scope="session")
+def photos_channels(tmp_path_factory) -> Path:
+    """Crops of real RGB photographs, one class per photo (dtc_train.photos), exported once per
+    session: <dir>/training, <dir>/validation."""
+    from dtc_train import photos
+
+    root = tmp_path_factory.mktemp("photos")
+    photos.export(str(root))
+    return root

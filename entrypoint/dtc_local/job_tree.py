@@ -12,7 +12,8 @@ Files (sagemaker-contract.md a.2-a.3):
   without ``source_dir`` (``str``: ``str(value)``, so ``False`` is ``"False"``);
 * ``input/data/<channel>/``, ``model/``, ``output/data/``, ``code/`` (empty), ``checkpoints/``.
 
-Usage: ``python -m dtc_local.job_tree ROOT --digits --program builtin:pytorch --mpi 2 -p epochs=5``.
+Usage: ``python -m dtc_local.job_tree ROOT --digits --program builtin:pytorch --mpi 2 -p epochs=5``
+(``--photos`` instead of ``--digits``: an RGB data set, ``dtc_train.photos``).
 """
 
 import argparse
@@ -117,7 +118,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--submit-dir", help="sagemaker_submit_directory (directory, .tar.gz or s3://)")
     parser.add_argument("--mpi", type=int, metavar="PROCESSES_PER_HOST",
                         help="enable MPI with this many processes per host")
-    parser.add_argument("--digits", action="store_true", help="fill training/validation with the digits data set")
+    data = parser.add_mutually_exclusive_group()
+    data.add_argument("--digits", action="store_true", help="fill training/validation with the digits data set")
+    data.add_argument("--photos", action="store_true",
+                      help="fill training/validation with crops of real RGB photographs, one class per photo "
+                           "(dtc_train.photos)")
     parser.add_argument("-p", "--hyperparameter", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--encoding", choices=ENCODINGS, default="json")
     args = parser.parse_args(argv)
@@ -133,12 +138,12 @@ def main(argv: list[str] | None = None) -> None:
     for item in args.hyperparameter:
         key, _, value = item.partition("=")
         hyperparameters[key] = _parse_value(value)
-    channels = ("training", "validation") if args.digits else ()
+    channels = ("training", "validation") if args.digits or args.photos else ()
     write(args.root, hyperparameters=hyperparameters, channels=channels, encoding=args.encoding)
-    if args.digits:
-        from dtc_train import digits  # noqa: PLC0415
+    if channels:
+        from dtc_train import digits, photos  # noqa: PLC0415
 
-        counts = digits.export(os.path.join(args.root, "input", "data"))
+        counts = (digits if args.digits else photos).export(os.path.join(args.root, "input", "data"))
         print(f"wrote {args.root}: " + ", ".join(f"{c} {n} images" for c, n in counts.items()))
     else:
         print(f"wrote {args.root}")

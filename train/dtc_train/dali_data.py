@@ -2,9 +2,11 @@
 
 One pipeline definition serves both frameworks: the channel's image files (``channel.list_images``:
 labels from the sorted class-folder names, stray files left out) are read by ``fn.readers.file``,
-decoded to grayscale on the CPU, or on the GPU with ``device="mixed"`` (nvJPEG/nvImageCodec) when
-the trainer has one, and normalised to float32 in [0, 1]. Without a GPU the pipeline is built with
-``device_id=None``, which keeps DALI off CUDA entirely (DALI ``Pipeline`` docs).
+decoded on the CPU, or on the GPU with ``device="mixed"`` (nvJPEG/nvImageCodec) when the trainer
+has one, to the model's channels (grayscale or RGB: ``ImageSpec``; a file of the other kind is
+converted), brought to the model's size, augmented for training when asked, and normalised to
+float32. Without a GPU the pipeline is built with ``device_id=None``, which keeps DALI off CUDA
+entirely (DALI ``Pipeline`` docs).
 
 Sharding: reader shard ``i`` of ``S`` holds samples
 ``[floor(i*N/S), floor((i+1)*N/S))`` of the sorted file list, the formula of DALI's
@@ -15,6 +17,7 @@ a different part (``ShardedByS3Key`` on several hosts) is sharded among the host
 host's files, and every rank runs the steps of the smallest shard (``sharded_steps``).
 """
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
@@ -25,6 +28,52 @@ from .channel import Channel, list_images
 log = logging.getLogger("dtc.train")
 
 READER_NAME = "Reader"
+
+# torchvision's ImageNet normalisation (the transforms of its pretrained weights), in pixel units
+IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """What a model takes, and how a channel's image files become it.
+
+    Attributes:
+        channels: 1 (files decoded to grayscale) or 3 (decoded to RGB; a grayscale file gets
+            three equal channels).
+        size: the model's input height and width, pixels.
+        mean / std: per channel, in pixel units (0-255): the model sees ``(pixel - mean) / std``.
+        augment: training images get a random resized crop (8-100 % of the area, aspect ratio
+            3/4 to 4/3, resized to ``size``) and a random horizontal flip (p = 0.5), the
+            Inception/ResNet recipe of torchvision's reference scripts and DALI's ResNet-50
+            example. Otherwise, and always for evaluation: ``eval_resize`` then the centre crop.
+        eval_resize: the shorter side is resized to this many pixels before the centre
+            ``size`` x ``size`` crop (``size / 0.875`` in torchvision's ImageNet recipe: 256 for
+            224; ``size`` itself keeps the whole image).
+    """
+
+    channels: int
+    size: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    augment: bool = False
+    eval_resize: int = 0
+
+    def __post_init__(self):
+        if self.channels not in (1, 3) or len(self.mean) != self.channels or len(self.std) != self.channels:
+            raise ValueError(f"an ImageSpec has 1 or 3 channels with a mean and std each, got {self}")
+        if self.size < 1:
+            raise ValueError(f"image size must be at least 1 pixel, got {self.size}")
+        if not self.eval_resize:
+            object.__setattr__(self, "eval_resize", self.size)
+
+    def shape(self, layout: str) -> tuple[int, int, int]:
+        """One image's shape in ``layout`` (``"CHW"`` or ``"HWC"``)."""
+        return (self.channels, self.size, self.size) if layout == "CHW" else (self.size, self.size, self.channels)
+
+
+# The digits CNN's input: 8x8 grayscale, pixel / 255, no augmentation (make train's job).
+DIGITS_IMAGES = ImageSpec(channels=1, size=8, mean=(0.0,), std=(255.0,))
 
 
 @dataclass(frozen=True)
@@ -61,8 +110,8 @@ def steps_per_epoch(total: int, batch_size: int, world_size: int) -> int:
 
 
 def image_pipeline(listing: Channel, batch_size: int, shard_id: int, num_shards: int, *,
-                   training: bool, device_id: int | None, layout: str, seed: int = 0,
-                   num_threads: int = 2, position: str | None = None):
+                   training: bool, device_id: int | None, layout: str, spec: ImageSpec = DIGITS_IMAGES,
+                   seed: int = 0, num_threads: int = 2, position: str | None = None):
     """Builds the DALI pipeline for one channel.
 
     Args:
@@ -73,14 +122,15 @@ def image_pipeline(listing: Channel, batch_size: int, shard_id: int, num_shards:
             the last batch with its last sample, and start over at the shard's beginning.
         device_id: the GPU for decoding and outputs, or ``None`` for CPU only.
         layout: ``"CHW"`` (PyTorch) or ``"HWC"`` (TensorFlow).
+        spec: the model's input (channels, size, normalisation) and the training augmentation.
         position: a checkpoint of this pipeline (DALI checkpointing, enabled on every pipeline
             built here): the reader and RNG go on from it, so a restarted job reads the same
             samples in the same order as if it had not stopped. DALI requires the same
             operators and arguments as the pipeline that wrote it.
 
     Returns:
-        a built ``nvidia.dali.Pipeline`` with outputs (images float32 [B, 1, 8, 8] or
-        [B, 8, 8, 1] in [0, 1]; labels int32 [B, 1]).
+        a built ``nvidia.dali.Pipeline`` with outputs (images float32 [B, C, S, S] or
+        [B, S, S, C], ``spec.shape(layout)``; labels int32 [B, 1]).
     """
     from nvidia.dali import fn, pipeline_def, types  # noqa: PLC0415  (DALI only when a pipeline is built)
 
@@ -92,10 +142,18 @@ def image_pipeline(listing: Channel, batch_size: int, shard_id: int, num_shards:
             num_shards=num_shards,
             random_shuffle=training, initial_fill=256, pad_last_batch=not training,
             stick_to_shard=not training, name=READER_NAME)
-        images = fn.decoders.image(encoded, device="mixed" if device_id is not None else "cpu",
-                                   output_type=types.GRAY)
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout=layout,
-                                          mean=[0.0], std=[255.0])
+        decoder = dict(device="mixed" if device_id is not None else "cpu",
+                       output_type=types.GRAY if spec.channels == 1 else types.RGB)
+        mirror = 0
+        if training and spec.augment:
+            images = fn.decoders.image_random_crop(encoded, random_area=[0.08, 1.0],
+                                                   random_aspect_ratio=[0.75, 4.0 / 3.0], **decoder)
+            images = fn.resize(images, resize_x=spec.size, resize_y=spec.size)
+            mirror = fn.random.coin_flip(probability=0.5)
+        else:
+            images = fn.resize(fn.decoders.image(encoded, **decoder), resize_shorter=spec.eval_resize)
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout=layout, crop=(spec.size, spec.size),
+                                          mirror=mirror, mean=list(spec.mean), std=list(spec.std))
         if device_id is not None:
             labels = labels.gpu()
         return images, labels
@@ -233,25 +291,31 @@ class RankData:
                 f"({self.steps_per_epoch} steps/epoch), {self.val.total} validation images"
                 f"{sharded if self.val.host_sharded else ''} ({self.val_shard.size} on this rank)")
 
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """The class folder names, sorted; label ``i`` is ``classes[i]`` in both channels."""
+        return self.train.listing.classes
+
     def pipelines(self, batch_size: int, *, device_id: int | None, layout: str, seed: int, num_threads: int,
-                  train_position: str | None = None):
+                  spec: ImageSpec = DIGITS_IMAGES, train_position: str | None = None):
         """(training, validation) pipelines for this rank, the training one resumed at
         ``train_position`` when given; see ``image_pipeline``."""
-        common = dict(device_id=device_id, layout=layout, num_threads=num_threads)
+        common = dict(device_id=device_id, layout=layout, num_threads=num_threads, spec=spec)
         return (self.train_pipeline(batch_size, seed=seed, position=train_position, **common),
                 self.val_pipeline(batch_size, **common))
 
     def train_pipeline(self, batch_size: int, *, device_id: int | None, layout: str, seed: int, num_threads: int,
-                       position: str | None = None):
+                       spec: ImageSpec = DIGITS_IMAGES, position: str | None = None):
         """This rank's training pipeline (shuffled with ``seed + rank``); see ``image_pipeline``."""
         return image_pipeline(self.train.listing, batch_size, self.train.shard_id, self.train.num_shards,
-                              training=True, seed=seed + self.rank, device_id=device_id, layout=layout,
+                              training=True, seed=seed + self.rank, device_id=device_id, layout=layout, spec=spec,
                               num_threads=num_threads, position=position)
 
-    def val_pipeline(self, batch_size: int, *, device_id: int | None, layout: str, num_threads: int):
+    def val_pipeline(self, batch_size: int, *, device_id: int | None, layout: str, num_threads: int,
+                     spec: ImageSpec = DIGITS_IMAGES):
         """This rank's validation pipeline, its shard in order; see ``image_pipeline``."""
         return image_pipeline(self.val.listing, batch_size, self.val.shard_id, self.val.num_shards, training=False,
-                              device_id=device_id, layout=layout, num_threads=num_threads)
+                              device_id=device_id, layout=layout, spec=spec, num_threads=num_threads)
 
 
 def _channel_shard(name: str, place: Place, allgather_object, corrupt_images: str) -> ChannelShard:
@@ -291,10 +355,19 @@ def rank_data(train_channel: str, val_channel: str, batch_size: int, place: Plac
         FileNotFoundError: a channel is missing or has no images (``channel.list_images``).
         ValueError: corrupt image files and ``corrupt_images="fail"`` (``channel.list_images``);
             a host-sharded channel with a host or a rank left without images (``check_host_parts``);
-            a channel in Pipe mode (``contract.channel_dir``).
+            a channel in Pipe mode (``contract.channel_dir``); a validation class folder that the
+            training channel lacks (labels follow the training channel's sorted class folders).
     """
     train = _channel_shard(train_channel, place, allgather_object, corrupt_images)
     val = _channel_shard(val_channel, place, allgather_object, corrupt_images)
+    unknown = sorted(set(val.listing.classes) - set(train.listing.classes))
+    if unknown:
+        raise ValueError(
+            f"channel {val_channel!r} has class folders {unknown} that channel {train_channel!r} lacks: labels follow "
+            f"the training channel's class folders ({len(train.listing.classes)}: "
+            f"{', '.join(train.listing.classes[:10])}{' ...' if len(train.listing.classes) > 10 else ''}); give both "
+            "channels the same class folders")
+    val = dataclasses.replace(val, listing=val.listing.with_classes(train.listing.classes))
     if place.rank == 0:
         train.listing.log_ignored(log)
         val.listing.log_ignored(log)

@@ -19,10 +19,13 @@ tests/integration/test_fsdp.py proves the gradients equal DDP's on the same batc
 Checkpoints are sharded: each rank writes its own part with ``torch.distributed.checkpoint``
 (``torch_common``: a new directory per checkpoint, named by ``checkpoint.pt``), and a job with
 another world size resumes from them resharded. The saved model holds the whole state (gathered
-on every rank), so ``model.pth`` loads into a plain ``DigitsNet``.
+on every rank), so ``model.pth`` loads into the plain model (``torch_model.load``). Batch
+normalization's running statistics, which FSDP2 leaves per rank, are averaged over the ranks at
+the end of each epoch; DDP broadcasts rank 0's at every forward.
 
-Hyperparameters: see ``dtc_train.common.parse_args``, ``--precision`` (``torch_common.add_arguments``)
-and ``--data-parallel`` (above).
+Hyperparameters: see ``dtc_train.common.parse_args``, ``--precision``, ``--model``, ``--image-size``,
+``--augment`` and ``--pretrained-weights`` (``torch_common.add_arguments``), and ``--data-parallel``
+(above).
 """
 
 import datetime
@@ -33,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from . import common, contract, dali_data, stop, torch_common, torch_model
+from . import common, contract, dali_data, stop, torch_common
 
 
 def _collectives(device: torch.device) -> torch_common.Collectives:
@@ -55,7 +58,7 @@ def _collectives(device: torch.device) -> torch_common.Collectives:
         dist.all_gather_object(gathered, obj)
         return gathered
 
-    return torch_common.Collectives(allreduce_sum, broadcast_object, allgather_object)
+    return torch_common.Collectives(allreduce_sum, broadcast_object, allgather_object, dist.get_world_size())
 
 
 def _add_arguments(parser) -> None:
@@ -67,15 +70,17 @@ def _add_arguments(parser) -> None:
 
 def fully_shard_model(module: torch.nn.Module, device: torch.device, size: int) -> torch.nn.Module:
     """Shards ``module`` in place with FSDP2 over all ``size`` ranks: each child of the top
-    module (``DigitsNet``: ``features``, ``classifier``) is one unit, gathered for its own forward
-    and backward, then the root. Call before the optimizer is built (its parameters become
-    DTensor shards). Returns ``module``."""
+    module that holds parameters (``DigitsNet``: ``features``, ``classifier``; a ResNet: ``conv1``,
+    ``bn1``, ``layer1`` to ``layer4``, ``fc``) is one unit, gathered for its own forward and
+    backward, then the root. Call before the optimizer is built (its parameters become DTensor
+    shards). Returns ``module``."""
     from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415  (FSDP2 only when chosen)
     from torch.distributed.fsdp import fully_shard  # noqa: PLC0415
 
     mesh = init_device_mesh(device.type, (size,))
     for child in module.children():
-        fully_shard(child, mesh=mesh)
+        if any(True for _ in child.parameters()):
+            fully_shard(child, mesh=mesh)
     fully_shard(module, mesh=mesh)
     if device.type == "cpu":   # Gloo: SUM then divide (PyTorch #162338: AVG summed without dividing)
         module.set_force_sum_reduction_for_comms(True)
@@ -130,6 +135,7 @@ def _init_process_group(device: torch.device) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = common.parse_args(__doc__.split("\n\n")[0], argv, _add_arguments)
+    choice = torch_common.model_choice(args)
     if args.data_parallel == "fsdp" and args.precision == "fp16":
         # GradScaler decides on each rank's own gradient shards whether to skip a step
         raise ValueError("precision=fp16 is not supported with data-parallel=fsdp (loss scaling would judge each "
@@ -153,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                     dist.get_backend(), rank, size, device, contract.current_host(), data.describe(),
                     "gpu" if dali_device_id is not None else "cpu")
 
-    module = torch_model.DigitsNet().to(device)
+    module = torch_common.build_model(choice, data.classes, rank).to(device)
     if args.data_parallel == "fsdp":
         model = fully_shard_model(module, device, size)
         states = sharded_state_dicts(local_rank)
@@ -166,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives, states,
                                   precision)
     code = torch_common.train(args, model, module, optimizer, data, device, dali_device_id, rank, size, collectives,
-                              stop_request, resume, args.data_parallel, states, precision)
+                              stop_request, resume, args.data_parallel, choice, states, precision,
+                              buffers_synced=args.data_parallel == "ddp")
     if code == 0:
         dist.barrier()   # every rank leaves after rank 0 has saved
     dist.destroy_process_group()

@@ -4,13 +4,15 @@ Run under any launcher that starts Horovod ranks (``mpirun``; ``train`` with
 ``sagemaker_mpi_enabled``), or alone as one rank. Each rank reads its shard of the training
 channel, the initial weights and optimizer state are broadcast from rank 0, gradients are
 averaged by ``hvd.DistributedOptimizer``, and validation accuracy is summed exactly over the
-validation shards. Rank 0 logs one metric line per epoch, writes atomic checkpoints on the
+validation shards (batch normalization's running statistics, which Horovod leaves per rank, are
+averaged over the ranks at the end of each epoch). Rank 0 logs one metric line per epoch, writes
+atomic checkpoints on the
 ``checkpoint-every`` schedule and when the job is stopped (a restarted job resumes from the step
 it had reached: ``torch_common``), and saves ``model.pth`` (the state dict) with ``model.json``
 to the model directory. Stopped (SIGTERM), every rank exits 143 after the checkpoint.
 
-Hyperparameters: see ``dtc_train.common.parse_args``, and ``--precision``
-(``torch_common.add_arguments``).
+Hyperparameters: see ``dtc_train.common.parse_args``, and ``--precision``, ``--model``,
+``--image-size``, ``--augment`` and ``--pretrained-weights`` (``torch_common.add_arguments``).
 """
 
 import sys
@@ -19,7 +21,7 @@ import horovod
 import horovod.torch as hvd
 import torch
 
-from . import common, contract, dali_data, stop, torch_common, torch_model
+from . import common, contract, dali_data, stop, torch_common
 
 
 def _collectives() -> torch_common.Collectives:
@@ -28,11 +30,12 @@ def _collectives() -> torch_common.Collectives:
     return torch_common.Collectives(
         allreduce_sum=lambda tensor, name: hvd.allreduce(tensor, op=hvd.Sum, name=name),
         broadcast_object=lambda obj: hvd.broadcast_object(obj, root_rank=0, name="checkpoint"),
-        allgather_object=lambda obj: hvd.allgather_object(obj, name="data_positions"))
+        allgather_object=lambda obj: hvd.allgather_object(obj, name="data_positions"), world_size=hvd.size())
 
 
 def main(argv: list[str] | None = None) -> int:
     args = common.parse_args(__doc__.split("\n\n")[0], argv, torch_common.add_arguments)
+    choice = torch_common.model_choice(args)
     stop_request = stop.StopRequest()
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -50,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                     horovod.__version__, rank, size, device, contract.current_host(), data.describe(),
                     "gpu" if dali_device_id is not None else "cpu")
 
-    model = torch_model.DigitsNet().to(device)
+    model = torch_common.build_model(choice, data.classes, rank).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
     # wrapped before the checkpoint is loaded: the wrapper is a new optimizer object whose state
     # starts empty, so state loaded into the plain one (momentum buffers) would be dropped
@@ -58,10 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     precision = torch_common.Precision.build(args.precision, device, horovod=True)
     resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives,
                                   precision=precision)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    # parameters only: the buffers (batch normalization's statistics) are each rank's own, restored
+    # from the checkpoint; a new job's are equal on every rank (same seed)
+    hvd.broadcast_parameters(list(model.named_parameters()), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     code = torch_common.train(args, model, model, optimizer, data, device, dali_device_id, rank, size, collectives,
-                              stop_request, resume, "horovod", precision=precision)
+                              stop_request, resume, "horovod", choice, precision=precision, buffers_synced=False)
     if code == 0:
         hvd.join()   # every rank leaves after rank 0 has saved
     return code

@@ -7,10 +7,12 @@ staged outside the directory, fsync, rename) on the ``checkpoint-every`` schedul
 epoch), at the end, and when the job is stopped (``stop.StopRequest``: within 10 steps).
 One file holds everything a restart needs to go on as if it had not stopped: the position
 (epochs done, steps done in the next), the model, the optimizer, rank 0's RNG, the epoch's
-training sums so far, and every rank's DALI reader and RNG state (DALI checkpointing, gathered
-to rank 0). At start rank 0 reads it and broadcasts it, so every rank, on every host, resumes at
-the same step with its own data position (a managed-spot restart restores the directory from
-``checkpoint_s3_uri``; SageMaker docs, model-checkpoints). Training continues from there, so a
+training sums so far, every rank's DALI reader and RNG state (DALI checkpointing, gathered
+to rank 0), and every rank's floating-point buffers (batch normalization's running statistics,
+which Horovod and FSDP2 leave per rank within an epoch: ``average_buffers``). At start rank 0
+reads it and broadcasts it, so every rank, on every host, resumes at the same step with its own
+data position (a managed-spot restart restores the directory from ``checkpoint_s3_uri``;
+SageMaker docs, model-checkpoints). Training continues from there, so a
 checkpoint is only ever replaced by a later one. An unreadable checkpoint is named in the log and
 training starts over; one from a different world size resumes the model and optimizer at the
 start of its epoch (the data positions belong to other shards). Nothing in it names a host.
@@ -35,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: caught by name
 
-from . import common, dali_data, observe, stop, torch_model
+from . import common, dali_data, lr_schedule, observe, stop, torch_model
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_KEYS = frozenset({"epoch", "model", "optimizer", "rng"})
@@ -50,11 +52,13 @@ class Collectives:
         allreduce_sum: ``(tensor float64 [n], name) -> tensor`` summed over all ranks.
         broadcast_object: rank 0's picklable object on every rank.
         allgather_object: ``obj -> [obj of rank 0, obj of rank 1, ...]`` on every rank.
+        world_size: the number of ranks.
     """
 
     allreduce_sum: Callable[[torch.Tensor, str], torch.Tensor]
     broadcast_object: Callable[[object], object]
     allgather_object: Callable[[object], list]
+    world_size: int
 
     def sum_scalar(self, value: float, name: str) -> float:
         return float(self.allreduce_sum(torch.tensor([value], dtype=torch.float64), name)[0])
@@ -111,12 +115,81 @@ PLAIN_STATE = StateDicts(lambda model, optimizer: (model.state_dict(), optimizer
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def non_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError(text)   # argparse: "invalid non_negative value: ..."
+    return value
+
+
 def add_arguments(parser) -> None:
     """The hyperparameters both PyTorch trainers add to ``common.parse_args``'s."""
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                         help="fp32; bf16 or fp16: each step's forward pass and loss under torch.autocast (weights, "
                              "gradients and optimizer state stay fp32); fp16 adds dynamic loss scaling "
                              "(torch.amp.GradScaler)")
+    parser.add_argument("--warmup-epochs", type=non_negative, default=0.0,
+                        help="epochs over which the rate rises linearly from learning-rate to learning-rate x world "
+                             "size (gradual warmup, Goyal et al. 2017); 0: none (dtc_train.lr_schedule)")
+    parser.add_argument("--lr-schedule", choices=lr_schedule.DECAYS, default="constant",
+                        help="after the warmup: constant, or cosine decay to 0 over the job's steps")
+    parser.add_argument("--model", default=torch_model.DIGITS,
+                        help="digits (the small CNN for 8x8 grayscale images) or a torchvision classification "
+                             "architecture (resnet50, mobilenet_v3_large, efficientnet_b0, vit_b_16, ...), built "
+                             "untrained with one output per class folder (dtc_train.torch_model)")
+    parser.add_argument("--image-size", type=int, default=None,
+                        help="input height and width in pixels (default: 8 for digits, 224 for torchvision models)")
+    parser.add_argument("--augment", choices=("auto", "on", "off"), default="auto",
+                        help="training augmentation, random resized crop and horizontal flip (auto: on for torchvision "
+                             "models, off for digits)")
+    parser.add_argument("--pretrained-weights", metavar="CHANNEL[/PATH]",
+                        help="start from the state dict in this input channel (its one .pth/.pt/.bin file, or PATH in "
+                             "it); tensors whose name and shape fit are loaded, a head for another class count is not")
+
+
+def model_choice(args) -> torch_model.ModelChoice:
+    """The model hyperparameters of ``add_arguments``, checked (``torch_model.ModelChoice.from_args``).
+
+    Raises:
+        ValueError: an unknown architecture, torchvision missing, or an image size that does not fit.
+    """
+    return torch_model.ModelChoice.from_args(args.model, args.image_size, args.augment, args.pretrained_weights)
+
+
+def build_model(choice: torch_model.ModelChoice, classes: tuple[str, ...], rank: int) -> torch.nn.Module:
+    """The untrained model for ``classes`` (seed ``torch`` first: every rank builds the same
+    weights), started from ``choice.pretrained_weights`` when given (rank 0 logs what was loaded
+    and what was left at its initial values)."""
+    module = choice.build(len(classes))
+    if choice.pretrained_weights:
+        path = torch_model.resolve_weights(choice.pretrained_weights)
+        loaded, left = torch_model.load_pretrained(module, path)
+        if rank == 0:
+            common.log.info("pretrained weights %s: %d tensors loaded; left at their initial values: %s", path,
+                            len(loaded), "; ".join(left) or "none")
+    return module
+
+
+def rank_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """This rank's floating-point buffers (batch normalization's running mean and variance), on the CPU."""
+    return {name: buffer.detach().cpu().clone() for name, buffer in model.named_buffers() if buffer.is_floating_point()}
+
+
+def average_buffers(model: torch.nn.Module, collectives: Collectives) -> None:
+    """Replaces every rank's floating-point buffers with their mean over the ranks (one float64
+    allreduce). For wrappers that leave them per rank (Horovod's ``DistributedOptimizer``,
+    FSDP2): batch normalization's running statistics then describe every rank's data, and the
+    ranks save identical models. DDP broadcasts rank 0's buffers at each forward instead.
+    Identical buffers stay bit-identical (a float32 summed over a few ranks is exact in float64)."""
+    buffers = [buffer for buffer in model.buffers() if buffer.is_floating_point()]
+    if not buffers:
+        return
+    total = collectives.allreduce_sum(torch.cat([b.detach().double().cpu().reshape(-1) for b in buffers]), "buffers")
+    mean, offset = total / collectives.world_size, 0
+    with torch.no_grad():
+        for buffer in buffers:
+            buffer.copy_(mean[offset:offset + buffer.numel()].view_as(buffer))
+            offset += buffer.numel()
 
 
 @dataclass(frozen=True)
@@ -268,6 +341,12 @@ def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
         common.log.info("resuming from %s: epoch %d of %d done, %d of %d steps of epoch %d done",
                         os.path.join(args.checkpoint_dir, CHECKPOINT_NAME), epoch, args.epochs, step,
                         steps_per_epoch, epoch + 1)
+    buffers = state.get("rank_buffers") or []
+    if len(buffers) == size:   # this rank's own running statistics, as an uninterrupted job has them
+        own = dict(model.named_buffers())
+        with torch.no_grad():
+            for name, value in buffers[rank].items():
+                own[name].copy_(value)
     sums = state.get("train_sums") if step and rank == 0 else None
     return Resume(epoch, step, sums, positions[rank] if same_layout else None)
 
@@ -279,9 +358,10 @@ def save_checkpoint(args, epoch: int, step: int, model, optimizer, train_batches
     Collective: every rank calls it at the same step (its data position and epoch sums are
     gathered, and a sharded model's state); rank 0 writes."""
     positions = collectives.allgather_object(train_batches.position())
+    buffers = collectives.allgather_object(rank_buffers(model))
     total = collectives.allreduce_sum(sums, "checkpoint_train_sums") if sums is not None else None
     checkpoint = {"epoch": epoch, "step": step, "steps_per_epoch": steps_per_epoch, "rng": torch.get_rng_state(),
-                  "train_sums": total, "data_positions": positions,
+                  "train_sums": total, "data_positions": positions, "rank_buffers": buffers if any(buffers) else None,
                   "grad_scaler": precision.scaler.state_dict() if precision.scaler is not None else None}
     if states.shards is not None:
         shards = collectives.broadcast_object(f"{SHARDS_PREFIX}{time.time_ns()}" if rank == 0 else None)
@@ -325,7 +405,7 @@ def set_threads_per_rank(local_size: int) -> int:
 
 
 class Batches:
-    """Endless (images float32 [B, 1, 8, 8], labels int64 [B]) batches from a built DALI pipeline
+    """Endless (images float32 [B, C, S, S], labels int64 [B]) batches from a built DALI pipeline
     (``DALIGenericIterator``), and the pipeline's position after the last batch handed out."""
 
     def __init__(self, pipe, device: torch.device):
@@ -380,15 +460,22 @@ def evaluate(model, val_batches: Batches, shard: dali_data.Shard, collectives: C
 
 def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches, val_batches: Batches, rank: int,
         collectives: Collectives, observer: observe.Observer, stop_request: stop.StopRequest,
-        resume: Resume = Resume(), states: StateDicts = PLAIN_STATE, precision: Precision = FP32) -> float:
+        resume: Resume = Resume(), states: StateDicts = PLAIN_STATE, precision: Precision = FP32,
+        buffers_synced: bool = True) -> float:
     """Trains from ``resume`` to ``args.epochs``: the steps of each epoch, then the training sums
-    all-reduced and exact validation; rank 0 reports the epoch (``observer``: metric line,
+    all-reduced, the buffers averaged over the ranks unless the wrapper keeps them in sync
+    (``buffers_synced``; ``average_buffers``), and exact validation; rank 0 reports the epoch
+    (``observer``: metric line,
     TensorBoard). Checkpoints (``save_checkpoint``) on the ``--checkpoint-every`` schedule, after
     the last epoch, and after the step in which any rank was asked to stop, which then raises
     ``stop.Stopped`` on every rank. Returns the last validation accuracy (measured once when the
     checkpoint had already reached ``args.epochs``)."""
     schedule = args.checkpoint_every
     steps = data.steps_per_epoch
+    rates = lr_schedule.LearningRate.for_job(args.learning_rate, collectives.world_size, args.warmup_epochs,
+                                             args.epochs, steps, args.lr_schedule)
+    if rank == 0:
+        common.log.info(rates.describe())
 
     def save(epoch: int, step: int, sums: torch.Tensor | None) -> None:
         save_checkpoint(args, epoch, step, model, optimizer, train_batches, sums, rank, steps, collectives, states,
@@ -407,6 +494,9 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
         if first_step and resume.train_sums is not None:
             sums += resume.train_sums
         for step in range(first_step + 1, steps + 1):
+            rate = rates.rate((epoch - 1) * steps + step - 1)
+            for group in optimizer.param_groups:
+                group["lr"] = rate
             sums += train_step(model, optimizer, train_batches, precision)
             observer.step_done()
             global_step = (epoch - 1) * steps + step
@@ -416,6 +506,8 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
             if signum:
                 raise stop.Stopped.after_checkpoint(signum, epoch, step, args.checkpoint_dir, announce=rank == 0)
         loss_sum, correct, count = collectives.allreduce_sum(sums, "train_sums").tolist()
+        if not buffers_synced:
+            average_buffers(model, collectives)
         observer.end_training_steps()
         val_loss, val_accuracy, val_count = evaluate(model, val_batches, data.val_shard, collectives)
         observer.end_epoch(epoch, train_loss=loss_sum / count, train_accuracy=correct / count, val_loss=val_loss,
@@ -427,14 +519,14 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
 
 def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankData, device: torch.device,
           dali_device_id: int | None, rank: int, size: int, collectives: Collectives,
-          stop_request: stop.StopRequest, resume: Resume, strategy: str, states: StateDicts = PLAIN_STATE,
-          precision: Precision = FP32) -> int:
-    """Builds this rank's pipelines (the training one at ``resume``'s data position), trains
-    (``fit``), saves the model (``finish``, from ``module``: the model without its data-parallel
-    wrapper) and writes the report. Returns 0, or ``128 + N`` when stopped by signal N (the
-    checkpoint written, the report too)."""
+          stop_request: stop.StopRequest, resume: Resume, strategy: str, choice: torch_model.ModelChoice,
+          states: StateDicts = PLAIN_STATE, precision: Precision = FP32, buffers_synced: bool = True) -> int:
+    """Builds this rank's pipelines for ``choice``'s input (the training one at ``resume``'s data
+    position), trains (``fit``), saves the model (``finish``, from ``module``: the model without
+    its data-parallel wrapper) and writes the report. Returns 0, or ``128 + N`` when stopped by
+    signal N (the checkpoint written, the report too)."""
     train_pipe, val_pipe = data.pipelines(args.batch_size, device_id=dali_device_id, layout="CHW",
-                                          seed=args.seed, num_threads=args.dali_threads,
+                                          seed=args.seed, num_threads=args.dali_threads, spec=choice.images,
                                           train_position=resume.data_position)
     observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, strategy)
     if rank == 0 and precision.dtype is not None:
@@ -442,19 +534,20 @@ def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankD
                         device.type, precision.dtype, ", loss scaling (GradScaler)" if precision.scaler else "")
     try:
         val_accuracy = fit(args, model, optimizer, data, Batches(train_pipe, device), Batches(val_pipe, device), rank,
-                           collectives, observer, stop_request, resume, states, precision)
+                           collectives, observer, stop_request, resume, states, precision, buffers_synced)
     except stop.Stopped as stopped:
         observer.close()
         return stopped.exit_code
-    finish(args, module, rank, size, val_accuracy, states, precision.name)
+    finish(args, module, rank, size, val_accuracy, choice, data.classes, states, precision.name)
     observer.close()
     return 0
 
 
-def finish(args, model: torch.nn.Module, rank: int, size: int, val_accuracy: float,
-           states: StateDicts = PLAIN_STATE, precision: str = "fp32") -> None:
+def finish(args, model: torch.nn.Module, rank: int, size: int, val_accuracy: float, choice: torch_model.ModelChoice,
+           classes: tuple[str, ...], states: StateDicts = PLAIN_STATE, precision: str = "fp32") -> None:
     """Every rank prints its weights' digest (of the whole model: ``states``); rank 0 saves
-    ``model.pth`` (state dict) and ``model.json`` to the model directory."""
+    ``model.pth`` (state dict) and ``model.json`` (``ModelChoice.describe``: what rebuilds it,
+    its input and its ``classes``) to the model directory."""
     model_state, _ = states.get(model, None)
     digest = common.weights_digest(v.detach().cpu().numpy() for v in model_state.values())
     common.emit(f"rank={rank} world_size={size} final_weights_sha256={digest}")
@@ -462,9 +555,6 @@ def finish(args, model: torch.nn.Module, rank: int, size: int, val_accuracy: flo
         return
     state = {k: v.detach().cpu() for k, v in model_state.items()}
     common.atomic_write(os.path.join(args.model_dir, "model.pth"), lambda tmp: torch.save(state, tmp))
-    common.write_json(os.path.join(args.model_dir, "model.json"), {
-        "framework": "pytorch", "format": "state_dict", "class": "dtc_train.torch_model.DigitsNet",
-        "input_shape": list(torch_model.INPUT_SHAPE), "input_scale": "pixel / 255",
-        "classes": [str(c) for c in range(torch_model.NUM_CLASSES)],
-        "val_accuracy": val_accuracy, "epochs": args.epochs, "world_size": size, "precision": precision})
+    common.write_json(os.path.join(args.model_dir, "model.json"), choice.describe(
+        classes, val_accuracy=val_accuracy, epochs=args.epochs, world_size=size, precision=precision))
     common.log.info("saved %s", os.path.join(args.model_dir, "model.pth"))
