@@ -24,8 +24,8 @@ normalization's running statistics, which FSDP2 leaves per rank, are averaged ov
 the end of each epoch; DDP broadcasts rank 0's at every forward.
 
 Hyperparameters: see ``dtc_train.common.parse_args``, ``--precision``, ``--model``, ``--image-size``,
-``--augment`` and ``--pretrained-weights`` (``torch_common.add_arguments``), and ``--data-parallel``
-(above).
+``--augment``, ``--pretrained-weights``, ``--warmup-epochs``, ``--lr-schedule`` and ``--label-smoothing``
+(``torch_common.add_arguments``), and ``--data-parallel`` (above).
 """
 
 import datetime

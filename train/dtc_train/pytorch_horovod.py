@@ -12,7 +12,8 @@ it had reached: ``torch_common``), and saves ``model.pth`` (the state dict) with
 to the model directory. Stopped (SIGTERM), every rank exits 143 after the checkpoint.
 
 Hyperparameters: see ``dtc_train.common.parse_args``, and ``--precision``, ``--model``,
-``--image-size``, ``--augment`` and ``--pretrained-weights`` (``torch_common.add_arguments``).
+``--image-size``, ``--augment``, ``--pretrained-weights``, ``--warmup-epochs``, ``--lr-schedule`` and
+``--label-smoothing`` (``torch_common.add_arguments``), and ``--allreduce-compression`` (above).
 """
 
 import sys
@@ -33,8 +34,28 @@ def _collectives() -> torch_common.Collectives:
         allgather_object=lambda obj: hvd.allgather_object(obj, name="data_positions"), world_size=hvd.size())
 
 
+# --allreduce-compression: how gradients travel in the allreduce (Horovod's Compression)
+COMPRESSIONS = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
+
+
+def _add_arguments(parser) -> None:
+    torch_common.add_arguments(parser)
+    parser.add_argument("--allreduce-compression", choices=tuple(COMPRESSIONS), default="none",
+                        help="fp16: gradients are cast to float16 for the allreduce and back (half the bytes on the "
+                             "wire; the averaged gradients are float16-rounded), Horovod's Compression.fp16")
+
+
+def distributed_optimizer(model: torch.nn.Module, learning_rate: float, momentum: float,
+                          compression: str = "none") -> "hvd.DistributedOptimizer":
+    """SGD with momentum over ``model``'s parameters, wrapped by Horovod's ``DistributedOptimizer``
+    (gradients averaged over the ranks in ``step``; ``compression``: ``COMPRESSIONS``)."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate, momentum=momentum)
+    return hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                    compression=COMPRESSIONS[compression])
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(__doc__.split("\n\n")[0], argv, torch_common.add_arguments)
+    args = common.parse_args(__doc__.split("\n\n")[0], argv, _add_arguments)
     choice = torch_common.model_choice(args)
     stop_request = stop.StopRequest()
     hvd.init()
@@ -54,10 +75,9 @@ def main(argv: list[str] | None = None) -> int:
                     "gpu" if dali_device_id is not None else "cpu")
 
     model = torch_common.build_model(choice, data.classes, rank).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
     # wrapped before the checkpoint is loaded: the wrapper is a new optimizer object whose state
     # starts empty, so state loaded into the plain one (momentum buffers) would be dropped
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    optimizer = distributed_optimizer(model, args.learning_rate * size, args.momentum, args.allreduce_compression)
     precision = torch_common.Precision.build(args.precision, device, horovod=True)
     resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives,
                                   precision=precision)

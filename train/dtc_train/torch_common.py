@@ -122,6 +122,13 @@ def non_negative(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 1:
+        raise ValueError(text)   # argparse: "invalid fraction value: ..."
+    return value
+
+
 def add_arguments(parser) -> None:
     """The hyperparameters both PyTorch trainers add to ``common.parse_args``'s."""
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
@@ -133,6 +140,9 @@ def add_arguments(parser) -> None:
                              "size (gradual warmup, Goyal et al. 2017); 0: none (dtc_train.lr_schedule)")
     parser.add_argument("--lr-schedule", choices=lr_schedule.DECAYS, default="constant",
                         help="after the warmup: constant, or cosine decay to 0 over the job's steps")
+    parser.add_argument("--label-smoothing", type=fraction, default=0.0,
+                        help="training loss against targets of 1 - e on the label and e / classes everywhere "
+                             "(Szegedy et al. 2016; torch.nn.functional.cross_entropy's label_smoothing); 0: none")
     parser.add_argument("--model", default=torch_model.DIGITS,
                         help="digits (the small CNN for 8x8 grayscale images) or a torchvision classification "
                              "architecture (resnet50, mobilenet_v3_large, efficientnet_b0, vit_b_16, ...), built "
@@ -427,14 +437,16 @@ class Batches:
         return self.iterator.checkpoints()[0]
 
 
-def train_step(model, optimizer, train_batches, precision: Precision = FP32) -> torch.Tensor:
+def train_step(model, optimizer, train_batches, precision: Precision = FP32, label_smoothing: float = 0.0
+               ) -> torch.Tensor:
     """One optimizer step on the next (images, labels) of ``train_batches``, the forward pass and
-    loss in ``precision``; returns this rank's float64 [loss sum, correct, samples] of the batch."""
+    loss (cross-entropy, with ``label_smoothing``) in ``precision``; returns this rank's float64
+    [loss sum, correct, samples] of the batch."""
     images, labels = next(train_batches)
     optimizer.zero_grad()
     with torch.autocast(images.device.type, dtype=precision.dtype, enabled=precision.dtype is not None):
         logits = model(images)
-        loss = F.cross_entropy(logits, labels)
+        loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
     precision.backward_and_step(loss, optimizer)
     return torch.tensor([loss.item() * len(labels), (logits.argmax(1) == labels).sum().item(), len(labels)],
                         dtype=torch.float64)
@@ -497,7 +509,7 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
             rate = rates.rate((epoch - 1) * steps + step - 1)
             for group in optimizer.param_groups:
                 group["lr"] = rate
-            sums += train_step(model, optimizer, train_batches, precision)
+            sums += train_step(model, optimizer, train_batches, precision, args.label_smoothing)
             observer.step_done()
             global_step = (epoch - 1) * steps + step
             signum = stop_request.agreed(global_step, lambda flag: collectives.sum_scalar(flag, "stop_requested"))

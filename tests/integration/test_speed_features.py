@@ -1,0 +1,49 @@
+"""Speed and regularisation features of the PyTorch trainers (#19 item 3), each shown to change
+what it claims: Horovod's fp16 allreduce compression averages float16 values, label smoothing
+computes the smoothed cross-entropy. (precision: test_precision.py; the learning-rate schedule:
+tests/unit/test_lr_schedule.py and the rate of the last step in test_architectures.py.)"""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dtc_train import torch_common, torch_model
+from helpers import BIN, PROGRAMS, read_json
+
+RANKS = 2
+
+
+def _compressed_step(compression: str, out_dir) -> list[dict]:
+    argv = [str(BIN / "mpirun"), "-np", str(RANKS), "--host", f"localhost:{RANKS}", sys.executable,
+            str(PROGRAMS / "horovod_compression.py"), compression, str(out_dir)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [read_json(out_dir / f"compression-{rank}.json") for rank in range(RANKS)]
+
+
+def test_fp16_allreduce_compression_averages_float16_values(tmp_path):
+    (tmp_path / "none").mkdir()
+    (tmp_path / "fp16").mkdir()
+    plain, compressed = _compressed_step("none", tmp_path / "none"), _compressed_step("fp16", tmp_path / "fp16")
+    assert plain[0]["grads"] == plain[1]["grads"] and compressed[0]["grads"] == compressed[1]["grads"]
+    assert [rank["float16_values"] for rank in compressed] == [True, True]
+    assert [rank["float16_values"] for rank in plain] == [False, False]   # float32 averages are not float16 values
+    for exact, rounded in zip(plain[0]["grads"], compressed[0]["grads"], strict=True):
+        assert torch.allclose(torch.tensor(rounded), torch.tensor(exact), rtol=2e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_label_smoothing_trains_on_the_smoothed_cross_entropy(smoothing):
+    torch.manual_seed(0)
+    model = torch_model.DigitsNet()
+    images, labels = torch.rand(8, 1, 8, 8), torch.arange(8) % 10
+    with torch.no_grad():
+        log_p = F.log_softmax(model(images), dim=1)
+    # targets 1 - e + e/K on the label and e/K elsewhere (Szegedy et al. 2016, section 7)
+    expected = ((1 - smoothing) * -log_p[torch.arange(8), labels] + smoothing * -log_p.mean(dim=1)).sum()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    sums = torch_common.train_step(model, optimizer, iter([(images, labels)]), label_smoothing=smoothing)
+    assert float(sums[0]) == pytest.approx(float(expected), rel=1e-5)
