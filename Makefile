@@ -15,11 +15,13 @@ IMAGE ?= dtc:$(FLAVOR)
 # make gpu-verify / make gpu-check (and make test when the GPU build's inputs changed): the GPU image.
 GPU_IMAGE ?= dtc:gpu
 RUN_IN ?= image
-# make train: the framework (pytorch | tensorflow), MPI processes on this host, epochs, and
-# where the local /opt/ml tree goes.
+# make train: the framework (pytorch | tensorflow), MPI processes on this host, epochs, the data
+# (digits: 8x8 grayscale scans; photos: RGB crops of real photographs, dtc_train.photos), and
+# where the local /opt/ml tree goes; HYPERPARAMETERS (below) adds hyperparameters.
 FRAMEWORK ?= pytorch
 PROCESSES_PER_HOST ?= 2
 EPOCHS ?= 12
+TRAIN_DATA ?= digits
 JOB_DIR ?= $(CURDIR)/build/job/opt/ml
 # Extra `docker/podman run` options for make train, e.g. CONTAINER_ARGS=--all-gpus on a GPU machine
 # (scripts/container.sh turns it into Docker's --gpus all or podman's CDI device).
@@ -27,7 +29,7 @@ CONTAINER_ARGS ?=
 # make cluster: a local SageMaker cluster of INSTANCE_COUNT containers (algo-1..N) running
 # DISTRIBUTION (none | mpi | torch_distributed | multi_worker_mirrored_strategy |
 # parameter_server) with builtin:$(FRAMEWORK), or JOB_FILE (JSON; see dtc_local/cluster.py);
-# HYPERPARAMETERS="k=v k2=v2" adds hyperparameters; CLUSTER_ARGS passes any other flag.
+# HYPERPARAMETERS="k=v k2=v2" adds hyperparameters (make train too); CLUSTER_ARGS passes any other flag.
 INSTANCE_COUNT ?= 2
 DISTRIBUTION ?= mpi
 JOB_FILE ?=
@@ -56,8 +58,9 @@ image: $(SETUP_STAMP)
 
 train: $(SETUP_STAMP) $(if $(filter image,$(RUN_IN)),image)
 	@case "$(FRAMEWORK)" in pytorch|tensorflow) ;; *) echo "FRAMEWORK must be pytorch or tensorflow, got '$(FRAMEWORK)'" >&2; exit 2;; esac
-	$(PYTHON) -m dtc_local.job_tree $(JOB_DIR) --digits --program builtin:$(FRAMEWORK) \
-	  --mpi $(PROCESSES_PER_HOST) -p epochs=$(EPOCHS)
+	@case "$(TRAIN_DATA)" in digits|photos) ;; *) echo "TRAIN_DATA must be digits or photos, got '$(TRAIN_DATA)'" >&2; exit 2;; esac
+	$(PYTHON) -m dtc_local.job_tree $(JOB_DIR) --$(TRAIN_DATA) --program builtin:$(FRAMEWORK) \
+	  --mpi $(PROCESSES_PER_HOST) -p epochs=$(EPOCHS) $(foreach hp,$(HYPERPARAMETERS),-p $(hp))
 ifeq ($(RUN_IN),image)
 	scripts/container.sh run --rm --shm-size 1g $(CONTAINER_ARGS) -v $(JOB_DIR):/opt/ml $(IMAGE) train
 else

@@ -5,7 +5,9 @@ from model.json and scores the channel read with Pillow; weights come from a cha
 pipeline gives the model its input."""
 
 import json
+import re
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from dtc_train.channel import list_images
 from dtc_train.lr_schedule import LearningRate
 from helpers import (
     METRIC,
+    REPO,
     RESUMING,
     assert_identical_weights,
     checkpoint_position,
@@ -36,6 +39,9 @@ CLASSES = ["china", "flower", "grace_hopper"]
 PHOTOS_JOB = {"image-size": 32, "batch-size": 16, "learning-rate": 0.02, "epochs": 8, "warmup-epochs": 1,
               "lr-schedule": "cosine"}
 STEPS = 8 * 15   # 480 training images in global batches of 32
+# the README's make train command (Rehearse locally)
+README_HYPERPARAMETERS = re.search(r'make train RUN_IN=host TRAIN_DATA=photos EPOCHS=8 HYPERPARAMETERS="([^"]+)"',
+                                   (REPO / "README.md").read_text()).group(1)
 
 
 def _photos_job(tmp_path, photos_channels, hyperparameters: dict, channels=("training", "validation")):
@@ -169,3 +175,17 @@ def test_per_rank_batch_normalization_statistics_resume_mid_epoch_exactly(photos
     assert [int(v) for v in RESUMING.search(resumed.output).groups()] == [0, 5]
     assert final_digests(resumed.stdout, 2) == final_digests(uninterrupted.stdout, 2)
     assert len(set(final_digests(resumed.stdout, 2).values())) == 1
+
+
+def test_make_train_on_the_photos_with_a_torchvision_architecture(tmp_path):
+    """The README's command, on the host (the CPU image built here has no torchvision)."""
+    job = tmp_path / "opt" / "ml"
+    done = subprocess.run(
+        ["make", "-s", "-C", str(REPO), "train", "RUN_IN=host", "TRAIN_DATA=photos", "EPOCHS=8", f"JOB_DIR={job}",
+         f"HYPERPARAMETERS={README_HYPERPARAMETERS}"],
+        capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    accuracy = [float(acc) for _, _, acc, _ in METRIC.findall(done.stdout)]
+    assert len(accuracy) == 8 and accuracy[-1] >= 0.9, accuracy
+    assert_identical_weights(done.stdout, 2)
+    assert json.loads((job / "model" / "model.json").read_text())["classes"] == CLASSES

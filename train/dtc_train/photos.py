@@ -17,10 +17,9 @@ channels draw their crops with different random numbers (``SEED``), so a validat
 a training crop but may overlap one: a rehearsal set for training an RGB architecture, not a
 benchmark of generalisation.
 
-Usage: ``python -m dtc_train.photos <root>``.
+Usage: ``python -m dtc_local.job_tree ROOT --photos ...`` writes a job whose channels hold it.
 """
 
-import argparse
 import os
 
 import numpy as np
@@ -74,13 +73,3 @@ def export(root: str, per_class: tuple[int, int] = (TRAINING_PER_CLASS, VALIDATI
         counts[channel] = count * len(photos)
     return counts
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("root", help="directory that receives the training/ and validation/ channels")
-    counts = export(parser.parse_args().root)
-    print(", ".join(f"{channel}: {count} images" for channel, count in counts.items()))
-
-
-if __name__ == "__main__":
-    main()
