@@ -1,8 +1,10 @@
 """Speed and regularisation features of the PyTorch trainers (#19 item 3), each shown to change
-what it claims: Horovod's fp16 allreduce compression averages float16 values, label smoothing
-computes the smoothed cross-entropy. (precision: test_precision.py; the learning-rate schedule:
+what it claims: gradient accumulation takes a k times larger batch's step with one reduction per
+step, Horovod's fp16 allreduce compression averages float16 values, label smoothing computes the
+smoothed cross-entropy. (precision: test_precision.py; the learning-rate schedule:
 tests/unit/test_lr_schedule.py and the rate of the last step in test_architectures.py.)"""
 
+import json
 import subprocess
 import sys
 
@@ -14,6 +16,27 @@ from dtc_train import torch_common, torch_model
 from helpers import BIN, PROGRAMS, read_json
 
 RANKS = 2
+
+
+@pytest.mark.parametrize("backend", ["ddp", "fsdp", "horovod"])
+def test_gradient_accumulation_takes_the_larger_batchs_step_with_one_reduction_per_step(backend, tmp_path):
+    """gradient-accumulation-steps=4 on batches of 8 against batches of 32 holding the same
+    samples (tests/programs/gradient_accumulation.py): equal weights after 3 steps, the gradients
+    reduced over the ranks once per step and not before a step's last batch."""
+    if backend == "horovod":
+        launcher = [str(BIN / "mpirun"), "-np", str(RANKS), "--host", f"localhost:{RANKS}", sys.executable]
+    else:
+        launcher = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(RANKS)]
+    done = subprocess.run([*launcher, str(PROGRAMS / "gradient_accumulation.py"), backend], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["world_size"] == RANKS
+    assert result["max_weight_change"] > 1e-3, result                 # the weights moved: 0 below means something
+    assert result["max_weight_difference"] <= 1e-6, result            # float32 rounding of two summation orders
+    assert result["local_until_last"], result
+    per_step = result["reductions_per_step"]
+    assert per_step["4"] == per_step["1"] >= 1, result                # not 4 times as many
 
 
 def _compressed_step(compression: str, out_dir) -> list[dict]:

@@ -82,7 +82,32 @@ def final(result_stdout: str) -> tuple[float, set[str]]:
 
 @pytest.mark.parametrize("case", list(STRATEGIES))
 def test_a_job_stopped_at_a_random_moment_resumes_where_it_stopped(case, digits_channels, tmp_path):
-    full = run_train(job(case, tmp_path / "full", digits_channels), env=own_torch_port())
+    check_stop_and_resume(case, digits_channels, tmp_path)
+
+
+@pytest.mark.parametrize("case", ["mpi-pytorch", "torchrun-ddp"])
+def test_a_job_accumulating_gradients_stopped_at_a_random_moment_resumes_where_it_stopped(case, digits_channels,
+                                                                                          tmp_path):
+    """Steps of 2 batches each (gradient-accumulation-steps): the stop, the checkpoint and the
+    resumed data position fall on optimizer steps, never between a step's batches. Twice the
+    epochs, so that the job takes as many steps as the others and a stop lands before its end,
+    and twice the learning rate for twice the samples per step (the linear scaling rule, which
+    the trainer leaves to the user under accumulation)."""
+    full_log, accuracy = check_stop_and_resume(case, digits_channels, tmp_path, epochs=2 * EPOCHS,
+                                               **{"gradient-accumulation-steps": 2, "learning-rate": 0.02})
+    assert re.search(r"gradient accumulation: 2 micro-batches of 32 per optimizer step on each rank \(128 samples per "
+                     r"step over 2 ranks\), \d+ steps per epoch", full_log), full_log[-3000:]
+    assert accuracy >= 0.90
+
+
+def check_stop_and_resume(case: str, digits_channels, tmp_path, epochs: int = EPOCHS,
+                          **hyperparameters) -> tuple[str, float]:
+    """An uninterrupted run of ``case`` for ``epochs`` with ``hyperparameters``; the same stopped
+    by SIGTERM at a random moment after its first epoch (exit 143 within 60 s, a checkpoint,
+    nothing half written); resumed at the checkpoint's step, it ends with the uninterrupted run's
+    weights. Returns the uninterrupted run's log and final validation accuracy."""
+    hyperparameters["epochs"] = epochs
+    full = run_train(job(case, tmp_path / "full", digits_channels, **hyperparameters), env=own_torch_port())
     assert full.returncode == 0, full.output[-3000:]
     full_accuracy, full_digests = final(full.stdout)
 
@@ -92,7 +117,7 @@ def test_a_job_stopped_at_a_random_moment_resumes_where_it_stopped(case, digits_
     seed = random.randrange(1 << 30)
     delay_s = random.Random(seed).uniform(0.0, 1.5) * epoch_s
     print(f"{case}: SIGTERM {delay_s:.2f} s after epoch 1 (random seed {seed}; epochs take {epoch_s:.2f} s of steps)")
-    root = job(case, tmp_path / "stopped", digits_channels)
+    root = job(case, tmp_path / "stopped", digits_channels, **hyperparameters)
     code, took_s, log = stop_at(root, delay_s, after=METRIC)
     assert code == 128 + signal.SIGTERM, log[-3000:]
     assert took_s < 60, f"{took_s:.0f} s from SIGTERM to exit"
@@ -112,10 +137,11 @@ def test_a_job_stopped_at_a_random_moment_resumes_where_it_stopped(case, digits_
         # the epochs it reports: from the one under way; a Keras trainer stopped after an epoch's
         # last step counts that epoch as done without its metric line
         first = epoch + 2 if step == steps_per_epoch and STRATEGIES[case].framework == "tensorflow" else epoch + 1
-        assert sorted(int(e) for e, *_ in METRIC.findall(resumed.stdout)) == list(range(first, EPOCHS + 1))
+        assert sorted(int(e) for e, *_ in METRIC.findall(resumed.stdout)) == list(range(first, epochs + 1))
     accuracy, digests = final(resumed.stdout)
     assert digests == full_digests, "the resumed job's weights differ from an uninterrupted run's"
     assert accuracy == full_accuracy
+    return full.output, full_accuracy
 
 
 def test_a_checkpoint_schedule_in_steps_is_kept_and_a_bad_one_is_refused(digits_channels, tmp_path):

@@ -60,7 +60,8 @@ class Observer:
             asks of this rank (dtc_train.fault) strikes after its step.
         world_size: processes training together (for the summary).
         steps_per_epoch: optimizer steps per epoch, equal on every rank.
-        global_batch: samples per step over all ranks (per-rank batch x world size).
+        global_batch: samples per step over all ranks (per-rank batch x gradient accumulation steps x
+            world size).
         strategy: a name for the summary (``horovod``, ``ddp``, ``multi_worker_mirrored``, ``ps``).
     """
 

@@ -24,8 +24,8 @@ normalization's running statistics, which FSDP2 leaves per rank, are averaged ov
 the end of each epoch; DDP broadcasts rank 0's at every forward.
 
 Hyperparameters: see ``dtc_train.common.parse_args``, ``--precision``, ``--model``, ``--image-size``,
-``--augment``, ``--pretrained-weights``, ``--warmup-epochs``, ``--lr-schedule`` and ``--label-smoothing``
-(``torch_common.add_arguments``), and ``--data-parallel`` (above).
+``--augment``, ``--pretrained-weights``, ``--warmup-epochs``, ``--lr-schedule``, ``--label-smoothing`` and
+``--gradient-accumulation-steps`` (``torch_common.add_arguments``), and ``--data-parallel`` (above).
 """
 
 import datetime
@@ -160,20 +160,23 @@ def main(argv: list[str] | None = None) -> int:
                     "gpu" if dali_device_id is not None else "cpu")
 
     module = torch_common.build_model(choice, data.classes, rank).to(device)
+    micro_batches = args.gradient_accumulation_steps
     if args.data_parallel == "fsdp":
         model = fully_shard_model(module, device, size)
         states = sharded_state_dicts(local_rank)
+        accumulation = torch_common.Accumulation(micro_batches, lambda: torch_common.fsdp_local_gradients(model))
     else:
         model = DistributedDataParallel(module, device_ids=[local_rank] if device.type == "cuda" else None)
         states = torch_common.PLAIN_STATE
+        accumulation = torch_common.Accumulation(micro_batches, model.no_sync)
+    steps = accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)
     # gradients are averaged over the ranks; the linear scaling rule multiplies the rate by the world size.
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
     precision = torch_common.Precision.build(args.precision, device)
-    resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives, states,
-                                  precision)
+    resume = torch_common.restore(args, model, optimizer, rank, size, steps, collectives, states, precision)
     code = torch_common.train(args, model, module, optimizer, data, device, dali_device_id, rank, size, collectives,
                               stop_request, resume, args.data_parallel, choice, states, precision,
-                              buffers_synced=args.data_parallel == "ddp")
+                              buffers_synced=args.data_parallel == "ddp", accumulation=accumulation)
     if code == 0:
         dist.barrier()   # every rank leaves after rank 0 has saved
     dist.destroy_process_group()

@@ -12,8 +12,9 @@ it had reached: ``torch_common``), and saves ``model.pth`` (the state dict) with
 to the model directory. Stopped (SIGTERM), every rank exits 143 after the checkpoint.
 
 Hyperparameters: see ``dtc_train.common.parse_args``, and ``--precision``, ``--model``,
-``--image-size``, ``--augment``, ``--pretrained-weights``, ``--warmup-epochs``, ``--lr-schedule`` and
-``--label-smoothing`` (``torch_common.add_arguments``), and ``--allreduce-compression`` (above).
+``--image-size``, ``--augment``, ``--pretrained-weights``, ``--warmup-epochs``, ``--lr-schedule``,
+``--label-smoothing`` and ``--gradient-accumulation-steps`` (``torch_common.add_arguments``), and
+``--allreduce-compression`` (above).
 """
 
 import sys
@@ -46,12 +47,14 @@ def _add_arguments(parser) -> None:
 
 
 def distributed_optimizer(model: torch.nn.Module, learning_rate: float, momentum: float,
-                          compression: str = "none") -> "hvd.DistributedOptimizer":
-    """SGD with momentum over ``model``'s parameters, wrapped by Horovod's ``DistributedOptimizer``
-    (gradients averaged over the ranks in ``step``; ``compression``: ``COMPRESSIONS``)."""
+                          compression: str = "none", micro_batches: int = 1) -> "hvd.DistributedOptimizer":
+    """SGD with momentum over ``model``'s parameters, wrapped by Horovod's ``DistributedOptimizer``:
+    the gradients averaged over the ranks once every ``micro_batches`` backward passes
+    (``backward_passes_per_step``: the passes before add up locally), in ``compression``
+    (``COMPRESSIONS``)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate, momentum=momentum)
     return hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                    compression=COMPRESSIONS[compression])
+                                    compression=COMPRESSIONS[compression], backward_passes_per_step=micro_batches)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,16 +80,20 @@ def main(argv: list[str] | None = None) -> int:
     model = torch_common.build_model(choice, data.classes, rank).to(device)
     # wrapped before the checkpoint is loaded: the wrapper is a new optimizer object whose state
     # starts empty, so state loaded into the plain one (momentum buffers) would be dropped
-    optimizer = distributed_optimizer(model, args.learning_rate * size, args.momentum, args.allreduce_compression)
+    # Horovod counts the backward passes of an accumulated step itself: no context needed
+    accumulation = torch_common.Accumulation(args.gradient_accumulation_steps)
+    steps = accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)
+    optimizer = distributed_optimizer(model, args.learning_rate * size, args.momentum, args.allreduce_compression,
+                                      accumulation.micro_batches)
     precision = torch_common.Precision.build(args.precision, device, horovod=True)
-    resume = torch_common.restore(args, model, optimizer, rank, size, data.steps_per_epoch, collectives,
-                                  precision=precision)
+    resume = torch_common.restore(args, model, optimizer, rank, size, steps, collectives, precision=precision)
     # parameters only: the buffers (batch normalization's statistics) are each rank's own, restored
     # from the checkpoint; a new job's are equal on every rank (same seed)
     hvd.broadcast_parameters(list(model.named_parameters()), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     code = torch_common.train(args, model, model, optimizer, data, device, dali_device_id, rank, size, collectives,
-                              stop_request, resume, "horovod", choice, precision=precision, buffers_synced=False)
+                              stop_request, resume, "horovod", choice, precision=precision, buffers_synced=False,
+                              accumulation=accumulation)
     if code == 0:
         hvd.join()   # every rank leaves after rank 0 has saved
     return code

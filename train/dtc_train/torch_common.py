@@ -27,6 +27,7 @@ SageMaker restoring the whole ``checkpoint_s3_uri`` prefix (which every host upl
 to) onto every host.
 """
 
+import contextlib
 import os
 import shutil
 import time
@@ -129,8 +130,19 @@ def fraction(text: str) -> float:
     return value
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)   # argparse: "invalid positive_int value: ..."
+    return value
+
+
 def add_arguments(parser) -> None:
     """The hyperparameters both PyTorch trainers add to ``common.parse_args``'s."""
+    parser.add_argument("--gradient-accumulation-steps", type=positive_int, default=1,
+                        help="batches of batch-size per optimizer step, their gradients added up on each rank and "
+                             "averaged over the ranks once per step (the step of a batch-size this many times larger; "
+                             "learning-rate applies to that step unchanged); 1: none")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                         help="fp32; bf16 or fp16: each step's forward pass and loss under torch.autocast (weights, "
                              "gradients and optimizer state stay fp32); fp16 adds dynamic loss scaling "
@@ -227,14 +239,17 @@ class Precision:
         scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
         return cls(name, PRECISIONS[name], scaler, horovod)
 
-    def backward_and_step(self, loss: torch.Tensor, optimizer) -> None:
-        """Backward pass of ``loss`` and one optimizer step (loss-scaled under fp16: a step whose
-        gradients hold inf or NaN is skipped and the scale halved, GradScaler's rule)."""
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward pass of ``loss`` (loss-scaled under fp16), adding to the parameters' gradients."""
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+
+    def step(self, optimizer) -> None:
+        """One optimizer step on the gradients of the ``backward`` passes since ``zero_grad``
+        (under fp16 unscaled first: a step whose gradients hold inf or NaN is skipped and the scale
+        halved, GradScaler's rule)."""
         if self.scaler is None:
-            loss.backward()
             optimizer.step()
             return
-        self.scaler.scale(loss).backward()
         if self.horovod:
             optimizer.synchronize()
             self.scaler.unscale_(optimizer)
@@ -246,6 +261,56 @@ class Precision:
 
 
 FP32 = Precision()
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """Gradient accumulation (``--gradient-accumulation-steps``): each optimizer step takes
+    ``micro_batches`` batches of ``batch-size``, their gradients added up locally and averaged over
+    the ranks once, in the last one's backward pass. Each micro-batch's loss is divided by
+    ``micro_batches``, so with batches of equal size a step's gradient is the mean over all its
+    samples: the step a ``micro_batches`` times larger ``batch-size`` would take, with a
+    ``micro_batches`` times smaller peak of activation memory.
+
+    Attributes:
+        micro_batches: batches per optimizer step (1: no accumulation).
+        local: a context manager factory under which a micro-batch's forward and backward
+            leave the gradients local, no allreduce: DDP's ``no_sync``; FSDP2's
+            ``set_requires_gradient_sync(False)`` (``fsdp_local_gradients``); Horovod's
+            ``DistributedOptimizer(backward_passes_per_step=k)`` counts the backward passes
+            itself (``contextlib.nullcontext``).
+    """
+
+    micro_batches: int = 1
+    local: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+    def optimizer_steps(self, batches_per_epoch: int, batch_size: int) -> int:
+        """The optimizer steps per epoch for ``batches_per_epoch`` batches per rank (the same on
+        every rank): whole groups of ``micro_batches``; the batches left over start the next
+        epoch (the reader is endless).
+
+        Raises:
+            ValueError: fewer batches per epoch than ``micro_batches``.
+        """
+        if batches_per_epoch < self.micro_batches:
+            raise ValueError(
+                f"gradient-accumulation-steps={self.micro_batches} is more than the {batches_per_epoch} batches of "
+                f"batch-size {batch_size} each rank reads per epoch: lower gradient-accumulation-steps or batch-size")
+        return batches_per_epoch // self.micro_batches
+
+
+NO_ACCUMULATION = Accumulation()
+
+
+@contextlib.contextmanager
+def fsdp_local_gradients(model):
+    """FSDP2 (``fully_shard``) without its reduce-scatter: the backward passes inside accumulate
+    unsharded gradients on each rank; the next backward outside reduces them all."""
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
 
 
 @dataclass(frozen=True)
@@ -437,19 +502,27 @@ class Batches:
         return self.iterator.checkpoints()[0]
 
 
-def train_step(model, optimizer, train_batches, precision: Precision = FP32, label_smoothing: float = 0.0
-               ) -> torch.Tensor:
-    """One optimizer step on the next (images, labels) of ``train_batches``, the forward pass and
-    loss (cross-entropy, with ``label_smoothing``) in ``precision``; returns this rank's float64
-    [loss sum, correct, samples] of the batch."""
-    images, labels = next(train_batches)
+def train_step(model, optimizer, train_batches, precision: Precision = FP32, label_smoothing: float = 0.0,
+               accumulation: Accumulation = NO_ACCUMULATION) -> torch.Tensor:
+    """One optimizer step on the next ``accumulation.micro_batches`` (images, labels) of
+    ``train_batches``: for each, the forward pass and loss (cross-entropy, with
+    ``label_smoothing``) in ``precision`` and the backward pass of the loss over
+    ``micro_batches``, all but the last under ``accumulation.local`` (no allreduce); then the
+    step. Returns this rank's float64 [loss sum, correct, samples] over the micro-batches."""
     optimizer.zero_grad()
-    with torch.autocast(images.device.type, dtype=precision.dtype, enabled=precision.dtype is not None):
-        logits = model(images)
-        loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
-    precision.backward_and_step(loss, optimizer)
-    return torch.tensor([loss.item() * len(labels), (logits.argmax(1) == labels).sum().item(), len(labels)],
-                        dtype=torch.float64)
+    sums = torch.zeros(3, dtype=torch.float64)
+    for index in range(accumulation.micro_batches):
+        images, labels = next(train_batches)
+        last = index == accumulation.micro_batches - 1
+        with contextlib.nullcontext() if last else accumulation.local():
+            with torch.autocast(images.device.type, dtype=precision.dtype, enabled=precision.dtype is not None):
+                logits = model(images)
+                loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
+            precision.backward(loss / accumulation.micro_batches)   # exact for 1
+        sums += torch.tensor([loss.item() * len(labels), (logits.argmax(1) == labels).sum().item(), len(labels)],
+                             dtype=torch.float64)
+    precision.step(optimizer)
+    return sums
 
 
 def evaluate(model, val_batches: Batches, shard: dali_data.Shard, collectives: Collectives) -> tuple[float, float, int]:
@@ -473,7 +546,7 @@ def evaluate(model, val_batches: Batches, shard: dali_data.Shard, collectives: C
 def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches, val_batches: Batches, rank: int,
         collectives: Collectives, observer: observe.Observer, stop_request: stop.StopRequest,
         resume: Resume = Resume(), states: StateDicts = PLAIN_STATE, precision: Precision = FP32,
-        buffers_synced: bool = True) -> float:
+        buffers_synced: bool = True, accumulation: Accumulation = NO_ACCUMULATION) -> float:
     """Trains from ``resume`` to ``args.epochs``: the steps of each epoch, then the training sums
     all-reduced, the buffers averaged over the ranks unless the wrapper keeps them in sync
     (``buffers_synced``; ``average_buffers``), and exact validation; rank 0 reports the epoch
@@ -481,9 +554,10 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
     TensorBoard). Checkpoints (``save_checkpoint``) on the ``--checkpoint-every`` schedule, after
     the last epoch, and after the step in which any rank was asked to stop, which then raises
     ``stop.Stopped`` on every rank. Returns the last validation accuracy (measured once when the
-    checkpoint had already reached ``args.epochs``)."""
+    checkpoint had already reached ``args.epochs``). A step is one optimizer step
+    (``train_step``: ``accumulation.micro_batches`` batches)."""
     schedule = args.checkpoint_every
-    steps = data.steps_per_epoch
+    steps = accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)
     rates = lr_schedule.LearningRate.for_job(args.learning_rate, collectives.world_size, args.warmup_epochs,
                                              args.epochs, steps, args.lr_schedule)
     if rank == 0:
@@ -509,7 +583,7 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
             rate = rates.rate((epoch - 1) * steps + step - 1)
             for group in optimizer.param_groups:
                 group["lr"] = rate
-            sums += train_step(model, optimizer, train_batches, precision, args.label_smoothing)
+            sums += train_step(model, optimizer, train_batches, precision, args.label_smoothing, accumulation)
             observer.step_done()
             global_step = (epoch - 1) * steps + step
             signum = stop_request.agreed(global_step, lambda flag: collectives.sum_scalar(flag, "stop_requested"))
@@ -532,7 +606,8 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
 def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankData, device: torch.device,
           dali_device_id: int | None, rank: int, size: int, collectives: Collectives,
           stop_request: stop.StopRequest, resume: Resume, strategy: str, choice: torch_model.ModelChoice,
-          states: StateDicts = PLAIN_STATE, precision: Precision = FP32, buffers_synced: bool = True) -> int:
+          states: StateDicts = PLAIN_STATE, precision: Precision = FP32, buffers_synced: bool = True,
+          accumulation: Accumulation = NO_ACCUMULATION) -> int:
     """Builds this rank's pipelines for ``choice``'s input (the training one at ``resume``'s data
     position), trains (``fit``), saves the model (``finish``, from ``module``: the model without
     its data-parallel wrapper) and writes the report. Returns 0, or ``128 + N`` when stopped by
@@ -540,13 +615,20 @@ def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankD
     train_pipe, val_pipe = data.pipelines(args.batch_size, device_id=dali_device_id, layout="CHW",
                                           seed=args.seed, num_threads=args.dali_threads, spec=choice.images,
                                           train_position=resume.data_position)
-    observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, strategy)
+    steps = accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)
+    observer = observe.Observer(args, rank, size, steps, args.batch_size * accumulation.micro_batches * size, strategy)
     if rank == 0 and precision.dtype is not None:
         common.log.info("precision %s: forward pass and loss under torch.autocast(%s, %s)%s", precision.name,
                         device.type, precision.dtype, ", loss scaling (GradScaler)" if precision.scaler else "")
+    if rank == 0 and accumulation.micro_batches > 1:
+        common.log.info("gradient accumulation: %d micro-batches of %d per optimizer step on each rank (%d samples "
+                        "per step over %d ranks), %d steps per epoch, the gradients averaged over the ranks once per "
+                        "step", accumulation.micro_batches, args.batch_size,
+                        args.batch_size * accumulation.micro_batches * size, size, steps)
     try:
         val_accuracy = fit(args, model, optimizer, data, Batches(train_pipe, device), Batches(val_pipe, device), rank,
-                           collectives, observer, stop_request, resume, states, precision, buffers_synced)
+                           collectives, observer, stop_request, resume, states, precision, buffers_synced,
+                           accumulation)
     except stop.Stopped as stopped:
         observer.close()
         return stopped.exit_code
