@@ -23,9 +23,9 @@ on every rank), so ``model.pth`` loads into the plain model (``torch_model.load`
 normalization's running statistics, which FSDP2 leaves per rank, are averaged over the ranks at
 the end of each epoch; DDP broadcasts rank 0's at every forward.
 
-Hyperparameters: see ``dtc_train.common.parse_args``, ``--precision``, ``--model``, ``--image-size``,
-``--augment``, ``--pretrained-weights``, ``--warmup-epochs``, ``--lr-schedule``, ``--label-smoothing`` and
-``--gradient-accumulation-steps`` (``torch_common.add_arguments``), and ``--data-parallel`` (above).
+Hyperparameters: see ``dtc_train.common.parse_args``, those of both PyTorch trainers
+(``torch_common.add_arguments``: precision, model and input, learning-rate schedule, label
+smoothing, gradient accumulation, early stopping, non-finite loss), and ``--data-parallel`` (above).
 """
 
 import datetime

@@ -11,10 +11,9 @@ atomic checkpoints on the
 it had reached: ``torch_common``), and saves ``model.pth`` (the state dict) with ``model.json``
 to the model directory. Stopped (SIGTERM), every rank exits 143 after the checkpoint.
 
-Hyperparameters: see ``dtc_train.common.parse_args``, and ``--precision``, ``--model``,
-``--image-size``, ``--augment``, ``--pretrained-weights``, ``--warmup-epochs``, ``--lr-schedule``,
-``--label-smoothing`` and ``--gradient-accumulation-steps`` (``torch_common.add_arguments``), and
-``--allreduce-compression`` (above).
+Hyperparameters: see ``dtc_train.common.parse_args``, those of both PyTorch trainers
+(``torch_common.add_arguments``: precision, model and input, learning-rate schedule, label
+smoothing, gradient accumulation, early stopping, non-finite loss), and ``--allreduce-compression`` (above).
 """
 
 import sys

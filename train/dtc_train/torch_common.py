@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: caught by name
 
-from . import common, dali_data, lr_schedule, observe, stop, torch_model
+from . import common, dali_data, lr_schedule, observe, plateau, stop, torch_model
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_KEYS = frozenset({"epoch", "model", "optimizer", "rng"})
@@ -137,12 +137,24 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)   # argparse: "invalid non_negative_int value: ..."
+    return value
+
+
 def add_arguments(parser) -> None:
     """The hyperparameters both PyTorch trainers add to ``common.parse_args``'s."""
     parser.add_argument("--gradient-accumulation-steps", type=positive_int, default=1,
                         help="batches of batch-size per optimizer step, their gradients added up on each rank and "
                              "averaged over the ranks once per step (the step of a batch-size this many times larger; "
                              "learning-rate applies to that step unchanged); 1: none")
+    parser.add_argument("--early-stopping-patience", type=non_negative_int, default=0,
+                        help="stop after this many epochs in a row without a lower validation loss (Keras' "
+                             "EarlyStopping on val_loss); 0: never (dtc_train.plateau)")
+    parser.add_argument("--nonfinite-loss", choices=plateau.NONFINITE_LOSS_CHOICES, default="fail",
+                        help="fail: a NaN or infinite training loss fails the job naming the step; continue: train on")
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                         help="fp32; bf16 or fp16: each step's forward pass and loss under torch.autocast (weights, "
                              "gradients and optimizer state stay fp32); fp16 adds dynamic loss scaling "
@@ -322,12 +334,14 @@ class Resume:
             the epoch (summed over ranks), else ``None``.
         data_position: this rank's DALI training-pipeline checkpoint, else ``None`` (start the
             reader afresh).
+        plateau: the early-stopping state (``plateau.Plateau.state``), else ``None``.
     """
 
     epoch: int = 0
     step: int = 0
     train_sums: torch.Tensor | None = None
     data_position: str | None = None
+    plateau: dict | None = None
 
 
 def read_checkpoint(checkpoint_dir: str) -> dict | None:
@@ -423,21 +437,23 @@ def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
             for name, value in buffers[rank].items():
                 own[name].copy_(value)
     sums = state.get("train_sums") if step and rank == 0 else None
-    return Resume(epoch, step, sums, positions[rank] if same_layout else None)
+    return Resume(epoch, step, sums, positions[rank] if same_layout else None, state.get("plateau"))
 
 
 def save_checkpoint(args, epoch: int, step: int, model, optimizer, train_batches: "Batches",
                     sums: torch.Tensor | None, rank: int, steps_per_epoch: int, collectives: Collectives,
-                    states: StateDicts = PLAIN_STATE, precision: Precision = FP32) -> None:
-    """Writes the checkpoint of position (``epoch`` done, ``step`` steps of the next done).
-    Collective: every rank calls it at the same step (its data position and epoch sums are
-    gathered, and a sharded model's state); rank 0 writes."""
+                    states: StateDicts = PLAIN_STATE, precision: Precision = FP32,
+                    plateau_state: dict | None = None) -> None:
+    """Writes the checkpoint of position (``epoch`` done, ``step`` steps of the next done), with
+    the early-stopping state ``plateau_state``. Collective: every rank calls it at the same step
+    (its data position and epoch sums are gathered, and a sharded model's state); rank 0 writes."""
     positions = collectives.allgather_object(train_batches.position())
     buffers = collectives.allgather_object(rank_buffers(model))
     total = collectives.allreduce_sum(sums, "checkpoint_train_sums") if sums is not None else None
     checkpoint = {"epoch": epoch, "step": step, "steps_per_epoch": steps_per_epoch, "rng": torch.get_rng_state(),
                   "train_sums": total, "data_positions": positions, "rank_buffers": buffers if any(buffers) else None,
-                  "grad_scaler": precision.scaler.state_dict() if precision.scaler is not None else None}
+                  "grad_scaler": precision.scaler.state_dict() if precision.scaler is not None else None,
+                  "plateau": plateau_state}
     if states.shards is not None:
         shards = collectives.broadcast_object(f"{SHARDS_PREFIX}{time.time_ns()}" if rank == 0 else None)
         states.shards.save(model, optimizer, os.path.join(args.checkpoint_dir, shards))
@@ -553,9 +569,16 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
     (``observer``: metric line,
     TensorBoard). Checkpoints (``save_checkpoint``) on the ``--checkpoint-every`` schedule, after
     the last epoch, and after the step in which any rank was asked to stop, which then raises
-    ``stop.Stopped`` on every rank. Returns the last validation accuracy (measured once when the
-    checkpoint had already reached ``args.epochs``). A step is one optimizer step
-    (``train_step``: ``accumulation.micro_batches`` batches)."""
+    ``stop.Stopped`` on every rank. A step is one optimizer step (``train_step``:
+    ``accumulation.micro_batches`` batches). After each step a non-finite loss on this rank fails
+    it under ``nonfinite-loss=fail`` (``plateau.check_loss``); after each epoch the validation loss
+    may end training early (``plateau.Plateau``, restored from the checkpoint and saved with it).
+    Returns the last validation accuracy (measured once when the checkpoint had already reached
+    ``args.epochs`` or stopped early).
+
+    Raises:
+        FloatingPointError: a NaN or infinite training loss under ``nonfinite-loss=fail``.
+    """
     schedule = args.checkpoint_every
     steps = accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)
     rates = lr_schedule.LearningRate.for_job(args.learning_rate, collectives.world_size, args.warmup_epochs,
@@ -563,13 +586,17 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
     if rank == 0:
         common.log.info(rates.describe())
 
+    rule = plateau.Plateau.from_state(args.early_stopping_patience, resume.plateau)
+
     def save(epoch: int, step: int, sums: torch.Tensor | None) -> None:
         save_checkpoint(args, epoch, step, model, optimizer, train_batches, sums, rank, steps, collectives, states,
-                        precision)
+                        precision, rule.state())
 
-    if resume.epoch >= args.epochs:
+    if resume.epoch >= args.epochs or rule.stopped_after:
         if rank == 0:
-            common.log.info("the checkpoint has done all %d epochs: nothing left to train", args.epochs)
+            common.log.info("the checkpoint has %s: nothing left to train",
+                            f"stopped early after epoch {rule.stopped_after} (early-stopping-patience)"
+                            if rule.stopped_after else f"done all {args.epochs} epochs")
         return evaluate(model, val_batches, data.val_shard, collectives)[1]
     val_accuracy = 0.0
     stop_request.training_begins()
@@ -583,9 +610,11 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
             rate = rates.rate((epoch - 1) * steps + step - 1)
             for group in optimizer.param_groups:
                 group["lr"] = rate
-            sums += train_step(model, optimizer, train_batches, precision, args.label_smoothing, accumulation)
-            observer.step_done()
+            step_sums = train_step(model, optimizer, train_batches, precision, args.label_smoothing, accumulation)
             global_step = (epoch - 1) * steps + step
+            plateau.check_loss(float(step_sums[0]), epoch, step, global_step, rank, args.nonfinite_loss)
+            sums += step_sums
+            observer.step_done()
             signum = stop_request.agreed(global_step, lambda flag: collectives.sum_scalar(flag, "stop_requested"))
             if signum or schedule.due_after_step(global_step):
                 save(epoch - 1, step, sums)
@@ -598,8 +627,13 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
         val_loss, val_accuracy, val_count = evaluate(model, val_batches, data.val_shard, collectives)
         observer.end_epoch(epoch, train_loss=loss_sum / count, train_accuracy=correct / count, val_loss=val_loss,
                            val_accuracy=val_accuracy, val_samples=val_count)
-        if schedule.due_after_epoch(epoch) or epoch == args.epochs:
+        stopping = rule.update(epoch, val_loss)   # every rank: the validation loss is all-reduced
+        if schedule.due_after_epoch(epoch) or epoch == args.epochs or stopping:
             save(epoch, 0, None)
+        if stopping:
+            if rank == 0:
+                common.log.info(rule.describe(args.epochs))
+            break
     return val_accuracy
 
 

@@ -1,0 +1,60 @@
+"""Rules the PyTorch trainers apply while a job trains (#19 item 5, dtc_train.plateau): early
+stopping on a validation plateau, kept across a restart, and a diverged (non-finite) training
+loss failing the job on every host, naming the step."""
+
+import json
+import re
+
+import pytest
+
+from helpers import METRIC, digits_job, mpi_digits_job, own_torch_port, run_train, torch_load
+
+pytestmark = pytest.mark.e2e
+
+
+def test_early_stopping_ends_a_plateau_saves_the_model_and_a_restart_trains_no_further(digits_channels, tmp_path):
+    """learning-rate 1e-30: each update is below float32's resolution of the weights, which never
+    change, so the validation loss of every epoch after the first ties it (not lower) and
+    patience 2 stops after epoch 3 of 12."""
+    root = digits_job(tmp_path, digits_channels, {
+        "sagemaker_program": "builtin:pytorch", "sagemaker_torch_distributed_enabled": True,
+        "sagemaker_mpi_num_of_processes_per_host": 2, "epochs": 12, "learning-rate": 1e-30,
+        "early-stopping-patience": 2})
+    result = run_train(root, env=own_torch_port())
+    assert result.returncode == 0 and result.succeeded, result.output[-4000:]
+    assert [int(epoch) for epoch, *_ in METRIC.findall(result.stdout)] == [1, 2, 3]
+    assert re.search(r"early stopping after epoch 3 of 12: the validation loss has not improved on [0-9.]+ \(epoch 1\) "
+                     r"for 2 epochs \(early-stopping-patience=2\)", result.output), result.output[-3000:]
+    assert (root / "model" / "model.pth").exists()
+    checkpoint = torch_load(root / "checkpoints" / "checkpoint.pt")
+    assert checkpoint["epoch"] == 3 and checkpoint["plateau"]["stopped_after"] == 3
+
+    again = run_train(root, env=own_torch_port())       # a restart (a retried job) finds it done
+    assert again.returncode == 0, again.output[-3000:]
+    assert "the checkpoint has stopped early after epoch 3 (early-stopping-patience): nothing left to train" in \
+        again.output
+    assert not METRIC.findall(again.stdout)
+
+
+def test_a_diverging_loss_fails_the_job_naming_the_step(digits_channels, tmp_path):
+    """A learning rate of 1e9 sends the loss to NaN or infinity within a few steps: both MPI ranks
+    end, the failure's first line names the step and what to change."""
+    root = mpi_digits_job(tmp_path, digits_channels, "pytorch", epochs=2, **{"learning-rate": 1e9})
+    result = run_train(root, timeout_s=300)
+    assert result.returncode != 0 and not result.succeeded, result.output[-3000:]
+    first = result.failure.splitlines()[0]
+    assert re.fullmatch(r"FloatingPointError: the training loss is (nan|inf|-inf) at step \d+ of epoch 1 \(global "
+                        r"step \d+\) on rank [01]: the model diverged; lower learning-rate \(or warm it up: "
+                        r"warmup-epochs\), check the training data, or set nonfinite-loss=continue to train on",
+                        first), result.failure[:2000]
+    assert not METRIC.findall(result.stdout)
+
+
+def test_nonfinite_loss_continue_trains_on(digits_channels, tmp_path):
+    root = mpi_digits_job(tmp_path, digits_channels, "pytorch", epochs=1,
+                          **{"learning-rate": 1e9, "nonfinite-loss": "continue"})
+    result = run_train(root, timeout_s=300)
+    assert result.returncode == 0, result.output[-3000:]
+    assert [int(epoch) for epoch, *_ in METRIC.findall(result.stdout)] == [1]
+    assert re.search(r"train_loss=(nan|inf)", result.stdout), result.stdout[-2000:]
+    assert json.loads((root / "model" / "model.json").read_text())["epochs"] == 1
