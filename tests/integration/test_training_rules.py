@@ -1,6 +1,6 @@
-"""Rules the PyTorch trainers apply while a job trains (#19 item 5, dtc_train.plateau): early
-stopping on a validation plateau, kept across a restart, and a diverged (non-finite) training
-loss failing the job on every host, naming the step."""
+"""Watching a PyTorch job (#19 item 5): early stopping on a validation plateau, kept across a
+restart, and a diverged (non-finite) training loss failing the job on every host, naming the
+step (dtc_train.plateau); a profiler trace of chosen steps (torch_common.StepProfiler)."""
 
 import json
 import re
@@ -58,3 +58,26 @@ def test_nonfinite_loss_continue_trains_on(digits_channels, tmp_path):
     assert [int(epoch) for epoch, *_ in METRIC.findall(result.stdout)] == [1]
     assert re.search(r"train_loss=(nan|inf)", result.stdout), result.stdout[-2000:]
     assert json.loads((root / "model" / "model.json").read_text())["epochs"] == 1
+
+
+def test_profile_steps_writes_a_trace_of_those_steps(digits_channels, tmp_path):
+    root = mpi_digits_job(tmp_path, digits_channels, "pytorch", epochs=2, **{"profile-steps": "20:22"})
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "profile of steps 20 to 22 written to " in result.output
+    traces = list((root / "output" / "tensorboard").glob("*_rank0.*.pt.trace.json"))
+    assert len(traces) == 1, sorted(p.name for p in (root / "output" / "tensorboard").iterdir())
+    events = json.loads(traces[0].read_text())["traceEvents"]
+    names = {event.get("name", "") for event in events}
+    assert {n for n in names if n.startswith("ProfilerStep#")} == {"ProfilerStep#20", "ProfilerStep#21",
+                                                                    "ProfilerStep#22"}
+    assert {"aten::conv2d", "aten::cross_entropy_loss"} <= names      # the model's forward and loss, recorded
+    assert any(n.startswith("Optimizer.step#SGD") for n in names), sorted(names)[:50]
+
+
+def test_profile_steps_past_the_jobs_end_are_refused(digits_channels, tmp_path):
+    root = mpi_digits_job(tmp_path, digits_channels, "pytorch", epochs=1, **{"profile-steps": "5:500"})
+    result = run_train(root, timeout_s=300)
+    assert result.returncode != 0
+    assert re.fullmatch(r"ValueError: profile-steps=5:500 ends past the job's last step, \d+ \(epochs x optimizer "
+                        r"steps per epoch\): choose steps within it", result.failure.splitlines()[0]), result.failure

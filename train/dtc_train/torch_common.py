@@ -144,8 +144,20 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def step_range(text: str) -> tuple[int, int]:
+    """``A:B`` (``1 <= A <= B``, global optimizer steps) as ``(A, B)``."""
+    first, _, last = text.partition(":")
+    steps = int(first), int(last or first)
+    if not 1 <= steps[0] <= steps[1]:
+        raise ValueError(text)   # argparse: "invalid step_range value: ..."
+    return steps
+
+
 def add_arguments(parser) -> None:
     """The hyperparameters both PyTorch trainers add to ``common.parse_args``'s."""
+    parser.add_argument("--profile-steps", type=step_range, metavar="A:B",
+                        help="rank 0 records a torch.profiler trace of the job's optimizer steps A to B (1-based, "
+                             "counted over epochs) into tensorboard-dir (<host>_rank0.<ms>.pt.trace.json)")
     parser.add_argument("--gradient-accumulation-steps", type=positive_int, default=1,
                         help="batches of batch-size per optimizer step, their gradients added up on each rank and "
                              "averaged over the ranks once per step (the step of a batch-size this many times larger; "
@@ -559,6 +571,59 @@ def evaluate(model, val_batches: Batches, shard: dali_data.Shard, collectives: C
     return loss_sum / count, correct / count, int(count)
 
 
+class StepProfiler:
+    """``--profile-steps A:B`` on rank 0: ``torch.profiler`` records the CPU (and CUDA, where
+    there is a GPU) activity of global optimizer steps ``A`` to ``B``, each marked as
+    ``ProfilerStep#<global step>``, and writes a Chrome trace into ``directory`` when step ``B``
+    ends (``tensorboard_trace_handler``: ``<host>_rank0.<ms>.pt.trace.json``, read by
+    TensorBoard's PyTorch profiler view, chrome://tracing and Perfetto). A job stopped within
+    the range writes none, and its resumed job records from the step it resumes at.
+
+    Args:
+        steps: ``(A, B)``, or ``None``: nothing is recorded.
+        total_steps: the job's optimizer steps (epochs x steps per epoch).
+        directory: where the trace goes (``tensorboard-dir``).
+        rank: only rank 0 records.
+
+    Raises:
+        ValueError: ``B`` is past the job's last step.
+    """
+
+    def __init__(self, steps: tuple[int, int] | None, total_steps: int, directory: str, rank: int):
+        if steps and steps[1] > total_steps:
+            raise ValueError(f"profile-steps={steps[0]}:{steps[1]} ends past the job's last step, {total_steps} "
+                             "(epochs x optimizer steps per epoch): choose steps within it")
+        self.steps = steps if rank == 0 else None
+        self.directory, self.profiler, self.first = directory, None, 0
+
+    def before_step(self, global_step: int) -> None:
+        if self.steps and self.profiler is None and self.steps[0] <= global_step <= self.steps[1]:
+            from torch.profiler import ProfilerAction, ProfilerActivity, profile, tensorboard_trace_handler  # noqa: PLC0415
+
+            last = self.steps[1]
+
+            def schedule(step: int) -> ProfilerAction:   # called with the job's global step (step_num below)
+                if step > last:
+                    return ProfilerAction.NONE
+                return ProfilerAction.RECORD_AND_SAVE if step == last else ProfilerAction.RECORD
+
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+            handler = tensorboard_trace_handler(self.directory, worker_name=f"{os.uname().nodename}_rank0")
+            self.profiler = profile(activities=activities, schedule=schedule, on_trace_ready=handler)
+            self.profiler.step_num = self.first = global_step   # ProfilerStep#<the job's step>
+            self.profiler.start()
+
+    def after_step(self, global_step: int) -> None:
+        if self.profiler is None:
+            return
+        self.profiler.step()   # after the last step: the trace is written
+        if global_step < self.steps[1]:
+            return
+        self.profiler.stop()
+        self.profiler = None
+        common.log.info("profile of steps %d to %d written to %s", self.first, global_step, self.directory)
+
+
 def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches, val_batches: Batches, rank: int,
         collectives: Collectives, observer: observe.Observer, stop_request: stop.StopRequest,
         resume: Resume = Resume(), states: StateDicts = PLAIN_STATE, precision: Precision = FP32,
@@ -587,6 +652,7 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
         common.log.info(rates.describe())
 
     rule = plateau.Plateau.from_state(args.early_stopping_patience, resume.plateau)
+    profiler = StepProfiler(args.profile_steps, args.epochs * steps, args.tensorboard_dir, rank)
 
     def save(epoch: int, step: int, sums: torch.Tensor | None) -> None:
         save_checkpoint(args, epoch, step, model, optimizer, train_batches, sums, rank, steps, collectives, states,
@@ -610,8 +676,10 @@ def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches
             rate = rates.rate((epoch - 1) * steps + step - 1)
             for group in optimizer.param_groups:
                 group["lr"] = rate
-            step_sums = train_step(model, optimizer, train_batches, precision, args.label_smoothing, accumulation)
             global_step = (epoch - 1) * steps + step
+            profiler.before_step(global_step)
+            step_sums = train_step(model, optimizer, train_batches, precision, args.label_smoothing, accumulation)
+            profiler.after_step(global_step)
             plateau.check_loss(float(step_sums[0]), epoch, step, global_step, rank, args.nonfinite_loss)
             sums += step_sums
             observer.step_done()
