@@ -116,32 +116,24 @@ PLAIN_STATE = StateDicts(lambda model, optimizer: (model.state_dict(), optimizer
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def non_negative(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise ValueError(text)   # argparse: "invalid non_negative value: ..."
-    return value
+def bounded(convert: Callable[[str], float], name: str, low: float, below: float | None = None
+            ) -> Callable[[str], float]:
+    """An argparse ``type``: ``convert(text)`` if it is ``>= low`` (and ``< below``), else
+    ``ValueError``, which argparse reports as ``invalid <name> value: '<text>'``."""
+    def parse(text: str):
+        value = convert(text)
+        if value < low or (below is not None and value >= below):
+            raise ValueError(text)
+        return value
+
+    parse.__name__ = name
+    return parse
 
 
-def fraction(text: str) -> float:
-    value = float(text)
-    if not 0 <= value < 1:
-        raise ValueError(text)   # argparse: "invalid fraction value: ..."
-    return value
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)   # argparse: "invalid positive_int value: ..."
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)   # argparse: "invalid non_negative_int value: ..."
-    return value
+non_negative = bounded(float, "non_negative", 0)
+fraction = bounded(float, "fraction", 0, below=1)
+positive_int = bounded(int, "positive_int", 1)
+non_negative_int = bounded(int, "non_negative_int", 0)
 
 
 def step_range(text: str) -> tuple[int, int]:
