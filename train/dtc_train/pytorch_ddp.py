@@ -25,7 +25,7 @@ the end of each epoch; DDP broadcasts rank 0's at every forward.
 
 Hyperparameters: see ``dtc_train.common.parse_args``, those of both PyTorch trainers
 (``torch_common.add_arguments``: precision, model and input, learning-rate schedule, label
-smoothing, gradient accumulation, early stopping, non-finite loss), and ``--data-parallel`` (above).
+smoothing, gradient accumulation, early stopping, non-finite loss, profiler), and ``--data-parallel`` (above).
 """
 
 import datetime

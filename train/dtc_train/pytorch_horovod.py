@@ -13,7 +13,7 @@ to the model directory. Stopped (SIGTERM), every rank exits 143 after the checkp
 
 Hyperparameters: see ``dtc_train.common.parse_args``, those of both PyTorch trainers
 (``torch_common.add_arguments``: precision, model and input, learning-rate schedule, label
-smoothing, gradient accumulation, early stopping, non-finite loss), and ``--allreduce-compression`` (above).
+smoothing, gradient accumulation, early stopping, non-finite loss, profiler), and ``--allreduce-compression`` (above).
 """
 
 import sys
