@@ -36,7 +36,8 @@ def test_gradient_accumulation_takes_the_larger_batchs_step_with_one_reduction_p
     assert result["max_weight_difference"] <= 1e-6, result            # float32 rounding of two summation orders
     assert result["local_until_last"], result
     per_step = result["reductions_per_step"]
-    assert per_step["4"] == per_step["1"] >= 1, result                # not 4 times as many
+    if backend != "fsdp":   # (FSDP2's reduce-scatters are not counted: local_until_last covers them)
+        assert per_step["4"] == per_step["1"] >= 1, result            # not 4 times as many
 
 
 def _compressed_step(compression: str, out_dir) -> list[dict]:
