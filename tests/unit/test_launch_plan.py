@@ -15,9 +15,10 @@ def job(hosts=("algo-1",), current="algo-1", mpi: MpiConfig | None = None, hps=N
     mpi = mpi or MpiConfig()
     hosts = tuple(sorted(hosts, key=natural_key))
     kwargs.setdefault("strategy", "mpi" if mpi.enabled else "single")
+    kwargs.setdefault("num_gpus", 0)
     return JobConfig(
         base_dir="/opt/ml", current_host=current, hosts=hosts, distribution_hosts=hosts,
-        master_host=hosts[0], network_interface="eth0", num_gpus=0, num_cpus=2,
+        master_host=hosts[0], network_interface="eth0", num_cpus=2,
         program="train.py", submit_dir="/opt/ml/code", code_dir="/opt/ml/code",
         user_hyperparameters=hps or {"epochs": 3, "name": "a b"}, framework_parameters={},
         mpi=mpi, sm_env={"SM_CURRENT_HOST": current, "SM_HOSTS": json.dumps(list(hosts)),
@@ -45,6 +46,16 @@ def test_one_host_mpi_plan_uses_localhost_and_mpi4py():
                     "/usr/bin/python3", "-m", "mpi4py", "/opt/ml/code/train.py", "--epochs", "3", "--name", "a b"]
     assert "btl_tcp_if_include" not in argv          # one host: no interface pinning
     assert (plan.world_size, plan.processes_per_host) == (2, 2)
+    assert argv[argv.index("mpi_yield_when_idle") + 1] == "1"     # a CPU host: waiting ranks yield the core
+
+
+def test_ranks_on_gpu_hosts_keep_openmpis_polling_and_a_users_setting_wins():
+    gpu = launch.build(job(mpi=MpiConfig(enabled=True, processes_per_host=2), num_gpus=2), SCRIPT)
+    assert "mpi_yield_when_idle" not in gpu.argv
+    mine = launch.build(job(mpi=MpiConfig(enabled=True, processes_per_host=2,
+                                          custom_options="-mca mpi_yield_when_idle 0")), SCRIPT)
+    argv = list(mine.argv)
+    assert argv.count("mpi_yield_when_idle") == 1 and argv[argv.index("mpi_yield_when_idle") + 1] == "0"
 
 
 def test_multi_host_mpi_plan_on_master_lists_hosts_and_pins_the_interface():
