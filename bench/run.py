@@ -128,6 +128,8 @@ def analyse(records: list[dict]) -> tuple[dict, list[dict]]:
                   a3[(case, 2)]["median"] / (2 * a3[(case, 1)]["median"]), None)
         ratio("A3", "Horovod / DDP images/s, PyTorch, 2 ranks",
               a3[("horovod-pytorch", 2)]["median"] / a3[("ddp-pytorch", 2)]["median"], 1.0)
+        ratio("A3", "Horovod PyTorch images/s, 2 ranks: waiting ranks yield / spin (mpi_yield_when_idle 1 / 0)",
+              a3[("horovod-pytorch", 2)]["median"] / a3[("horovod-pytorch-polling", 2)]["median"], 1.0)
     a4 = medians(records, "A4", "time_s")
     if a4:
         summaries["A4"] = {v: m for (v,), m in a4.items()}

@@ -5,7 +5,10 @@ batch (the trainers' ``batch-size`` is per rank), 1 rank pinned to one core, the
 thread each (MPI ranks bound to a core each). Throughput is training images per second over the
 epochs after the first (the first pays for start-up, graph tracing and DALI's pipeline build),
 from the trainers' own ``epoch_seconds``. Efficiency = throughput(2) / (2 x throughput(1)); on a
-2-core machine its ceiling is 1.0 only if communication were free.
+2-core machine its ceiling is 1.0 only if communication were free. ``horovod-pytorch-polling`` is
+``horovod-pytorch`` with OpenMPI's default wait (``-mca mpi_yield_when_idle 0``: a rank waiting in
+MPI spins on its core) instead of the launch plan's CPU default (yield the core), measured in the
+same run as its baseline.
 """
 
 import os
@@ -20,7 +23,12 @@ CASES = {
     "horovod-pytorch": ("builtin:pytorch", {"sagemaker_mpi_enabled": True}),
     "ddp-pytorch": ("builtin:pytorch", {"sagemaker_torch_distributed_enabled": True}),
     "horovod-tensorflow": ("builtin:tensorflow", {"sagemaker_mpi_enabled": True}),
+    # the baseline of the launch plan's CPU default (mpi_yield_when_idle 1, dtc_entrypoint.launch_mpi):
+    # OpenMPI's own, a rank waiting in MPI spins on its core
+    "horovod-pytorch-polling": ("builtin:pytorch", {"sagemaker_mpi_enabled": True}),
 }
+MPI_OPTIONS = "-bind-to core -map-by core"
+EXTRA_MPI_OPTIONS = {"horovod-pytorch-polling": " -mca mpi_yield_when_idle 0"}
 
 
 def run_case(work: Path, case: str, ranks: int, epochs: int) -> float:
@@ -37,7 +45,7 @@ def run_case(work: Path, case: str, ranks: int, epochs: int) -> float:
     hyperparameters = {"sagemaker_program": program, "sagemaker_mpi_num_of_processes_per_host": ranks,
                        "epochs": epochs, "dali-threads": 1, **flags}
     if "sagemaker_mpi_enabled" in flags:
-        hyperparameters["sagemaker_mpi_custom_mpi_options"] = "-bind-to core -map-by core"
+        hyperparameters["sagemaker_mpi_custom_mpi_options"] = MPI_OPTIONS + EXTRA_MPI_OPTIONS.get(case, "")
     job_tree.write(str(root), hyperparameters=hyperparameters, channels=("training", "validation"))
     digits.export(str(root / "input" / "data"))
     argv = ["train"] if ranks > 1 else ["taskset", "-c", str(sorted(os.sched_getaffinity(0))[0]), "train"]
