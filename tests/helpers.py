@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from dtc_local import cluster, job_tree
+from dtc_train import system_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
@@ -318,8 +319,12 @@ def check_observability(log: str, output_dir: Path, epochs: list[int], world_siz
 
     events = EventAccumulator(str(output_dir / "tensorboard"))
     events.Reload()
-    assert set(events.Tags()["tensors"]) == SCALAR_TAGS
-    assert all(events.SummaryMetadata(tag).plugin_data.plugin_name == "scalars" for tag in SCALAR_TAGS)
+    # the epochs' scalars, and the system metrics of rank 0's host (no GPU here: no GPU tags)
+    system_tags = set(system_metrics.SCALAR_TAGS.values())
+    assert set(events.Tags()["tensors"]) == SCALAR_TAGS | system_tags
+    assert all(events.SummaryMetadata(tag).plugin_data.plugin_name == "scalars" for tag in SCALAR_TAGS | system_tags)
+    cpu = [float(make_ndarray(e.tensor_proto)) for e in events.Tensors("system/cpu_percent")]
+    assert cpu and all(0 <= value <= 100 for value in cpu), cpu
     accuracy = events.Tensors("validation/accuracy")
     assert [e.step for e in accuracy] == epochs
     assert [float(make_ndarray(e.tensor_proto)) for e in accuracy] == pytest.approx(found["validation:accuracy"],
@@ -332,11 +337,16 @@ def check_observability(log: str, output_dir: Path, epochs: list[int], world_siz
     assert sum(summary["phase_seconds"].values()) == pytest.approx(summary["wall_seconds"], rel=1e-3)
     assert summary["phase_seconds"]["training_steps"] > 0 and summary["mean_samples_per_second"] > 0
     assert "final validation accuracy" in (report / "summary.md").read_text()
+    assert summary["system"]["samples"] >= 1 and summary["system"]["interval_s"] == 10.0
+    assert set(summary["system"]["series"]) == {tag.removeprefix("system/") for tag in system_tags}
+    assert "System metrics of this host" in (report / "summary.md").read_text()
     from PIL import Image
 
     for name in ("loss.png", "accuracy.png", "throughput.png"):
         with Image.open(report / name) as image:
             assert image.format == "PNG" and image.size == (600, 400)
+    with Image.open(report / "system.png") as image:
+        assert image.format == "PNG" and image.size == (600, 800)
 
 
 # ------------------------------------------------------------------------------ images and containers

@@ -62,6 +62,10 @@ def parse_args(description: str, argv: list[str] | None = None,
                         help="end-of-training plots and summary (uploaded in output.tar.gz)")
     parser.add_argument("--progress-seconds", type=float, default=30.0,
                         help="at most one progress line per this many seconds within an epoch; 0: none")
+    parser.add_argument("--system-metrics-seconds", type=float, default=10.0,
+                        help="seconds between samples of the host's CPU, memory, network and GPUs, written "
+                             "to TensorBoard and the report by the reporting rank; 0: none "
+                             "(dtc_train.system_metrics)")
     if add_arguments:
         add_arguments(parser)
     args = parser.parse_args(argv)
@@ -76,6 +80,8 @@ def parse_args(description: str, argv: list[str] | None = None,
         parser.error(str(error))
     if args.progress_seconds < 0:
         parser.error("--progress-seconds must be 0 (no progress lines) or more")
+    if args.system_metrics_seconds < 0:
+        parser.error("--system-metrics-seconds must be 0 (no system metrics) or more")
     return args
 
 

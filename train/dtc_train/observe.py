@@ -22,11 +22,17 @@ to S3 while the job runs, and ``/opt/ml/output/data`` becomes ``output.tar.gz``)
   ``train/loss``, ``train/accuracy``, ``validation/loss``, ``validation/accuracy``,
   ``throughput/samples_per_second`` (global, training steps only), ``time/epoch_seconds``; the step
   is the epoch number.
+  System metrics of the reporting rank's host every ``--system-metrics-seconds`` (default 10; 0
+  turns them off; dtc_train.system_metrics): ``system/cpu_percent``, ``system/memory_used_gb``,
+  ``system/memory_percent``, ``system/network_sent_mb_per_s``, ``system/network_received_mb_per_s``
+  and, where ``nvidia-smi`` runs, ``system/gpu<i>_utilization_percent`` and
+  ``system/gpu<i>_memory_used_gb``; their step is seconds since the trainer started sampling.
 - ``--report-dir`` (default ``$SM_OUTPUT_DATA_DIR/report``, ``/opt/ml/output/data/report``):
-  ``loss.png``, ``accuracy.png``, ``throughput.png`` (matplotlib, per epoch), ``summary.json`` and
-  ``summary.md`` (final metrics; wall time per phase: setup = process start to the first epoch,
-  training steps, validation, and the rest of each epoch (checkpoint, logging); gradient
-  communication is not listed apart: Horovod and DDP overlap it with the backward pass).
+  ``loss.png``, ``accuracy.png``, ``throughput.png`` (matplotlib, per epoch), ``system.png`` (the
+  system metrics over time), ``summary.json`` and ``summary.md`` (final metrics; wall time per
+  phase: setup = process start to the first epoch, training steps, validation, and the rest of
+  each epoch (checkpoint, logging); gradient communication is not listed apart: Horovod and DDP
+  overlap it with the backward pass; the system metrics' mean and maximum).
 
 Progress lines, at most one per ``--progress-seconds`` (default 30; 0 turns them off), e.g.
 ``progress epoch=3/12 step=40/56 samples_per_second=812.4 eta_seconds=95``, where the rate is
@@ -41,7 +47,7 @@ import time
 
 import psutil
 
-from . import common, contract, fault
+from . import common, contract, fault, system_metrics
 
 PROGRESS_LINE = ("progress epoch={epoch}/{epochs} step={step}/{steps} samples_per_second={rate:.1f} "
                  "eta_seconds={eta:.0f}")
@@ -55,7 +61,7 @@ class Observer:
 
     Args:
         args: the parsed hyperparameters (``epochs``, ``tensorboard_dir``, ``report_dir``,
-            ``progress_seconds``; common.parse_args).
+            ``progress_seconds``, ``system_metrics_seconds``; common.parse_args).
         rank: this process's global rank; rank 0 (the chief) writes. A fault that ``DTC_FAULT``
             asks of this rank (dtc_train.fault) strikes after its step.
         world_size: processes training together (for the summary).
@@ -76,11 +82,15 @@ class Observer:
         self.history: list[dict] = []
         self.first_epoch_start: float | None = None
         self.writer = None
+        self.sampler: system_metrics.SystemSampler | None = None
+        self.system_samples: list[system_metrics.Sample] = []
         if reporting:
             from tensorboard.summary import Writer  # noqa: PLC0415  (only the reporting rank writes)
 
             os.makedirs(args.tensorboard_dir, exist_ok=True)
             self.writer = Writer(args.tensorboard_dir)
+            if args.system_metrics_seconds > 0:
+                self.sampler = system_metrics.SystemSampler(args.system_metrics_seconds).start()
         self._epoch = self._step = self._first_step = 0
         self._epoch_start = self._steps_end = self._last_line = time.time()
         self._last_line_step = 0
@@ -115,6 +125,17 @@ class Observer:
                                          steps=self.steps_per_epoch, rate=rate,
                                          eta=steps_left * self.global_batch / max(rate, 1e-9)))
         self._last_line, self._last_line_step = now, self._step
+        if self.sampler:
+            self._write_system(self.sampler.drain())
+            self.writer.flush()
+
+    def _write_system(self, samples: list[system_metrics.Sample]) -> None:
+        """Writes ``samples`` to TensorBoard (step: seconds since sampling began) and keeps them
+        for the report. The sampler's thread only samples; this rank's thread writes."""
+        for sample in samples:
+            for tag, value in sample.scalars().items():
+                self.writer.add_scalar(tag, value, step=round(sample.elapsed_s), wall_time=sample.wall_time)
+        self.system_samples += samples
 
     def end_training_steps(self) -> None:
         """The epoch's training steps are done; what follows is validation."""
@@ -142,12 +163,16 @@ class Observer:
                                    "val_samples", "epoch_seconds", "samples_per_second")}))
         for key, tag in SCALARS.items():
             self.writer.add_scalar(tag, record[key], step=epoch)
+        if self.sampler:
+            self._write_system(self.sampler.drain())
         self.writer.flush()
 
     def close(self) -> str | None:
         """Closes the event file and writes the report. Returns the report directory (rank 0)."""
         if not self.reporting:
             return None
+        if self.sampler:
+            self._write_system(self.sampler.stop())
         self.writer.close()
         end = time.time()
         summary = self.summary(end)
@@ -155,8 +180,11 @@ class Observer:
         os.makedirs(directory, exist_ok=True)
         common.write_json(os.path.join(directory, "summary.json"), summary)
         common.write_text(os.path.join(directory, "summary.md"), _markdown(summary))
+        title = f"{self.strategy}, world size {self.world_size}"
         if self.history:
-            _plots(self.history, directory, f"{self.strategy}, world size {self.world_size}")
+            _plots(self.history, directory, title)
+        if self.system_samples:
+            _system_plot(self.system_samples, directory, title)
         common.log.info("report written to %s", directory)
         return directory
 
@@ -181,6 +209,8 @@ class Observer:
             "wall_seconds": end - self.process_start,
             "phase_seconds": phases,
             "epochs_detail": self.history,
+            "system": (system_metrics.summarize(self.system_samples, self.sampler.interval_s) if self.sampler
+                       else {"samples": 0}),
         }
 
 
@@ -197,8 +227,15 @@ def _markdown(summary: dict) -> str:
     lines += ["", "| phase | seconds |", "|---|---|"]
     lines += [f"| {name.replace('_', ' ')} | {seconds:.2f} |" for name, seconds in summary["phase_seconds"].items()]
     lines += [f"| total | {summary['wall_seconds']:.2f} |", "",
-              "Gradient communication is not listed apart: it overlaps the backward pass.",
-              "Plots: loss.png, accuracy.png, throughput.png.", ""]
+              "Gradient communication is not listed apart: it overlaps the backward pass.", ""]
+    system = summary["system"]
+    if system["samples"]:
+        lines += [f"System metrics of this host, {system['samples']} samples every {system['interval_s']:g} s:", "",
+                  "| metric | mean | max |", "|---|---|---|"]
+        lines += [f"| {name} | {values['mean']:.2f} | {values['max']:.2f} |"
+                  for name, values in system["series"].items()]
+        lines += [""]
+    lines += [f"Plots: loss.png, accuracy.png, throughput.png{', system.png' if system['samples'] else ''}.", ""]
     return "\n".join(lines)
 
 
@@ -226,3 +263,28 @@ def _plots(history: list[dict], directory: str, title: str) -> None:
         figure.tight_layout()
         common.atomic_write(os.path.join(directory, name), lambda tmp, figure=figure: figure.savefig(tmp, format="png"))
         plt.close(figure)
+
+
+def _system_plot(samples: list[system_metrics.Sample], directory: str, title: str) -> None:
+    """``system.png``: CPU and GPU utilization (%), memory (GB) and network (MB/s) against seconds."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    seconds = [sample.elapsed_s for sample in samples]
+    scalars = [sample.scalars() for sample in samples]
+    panels = (("utilization (%)", "_percent"), ("memory (GB)", "_gb"), ("network (MB/s)", "_mb_per_s"))
+    figure, axes = plt.subplots(len(panels), 1, figsize=(6, 8), dpi=100, sharex=True)
+    for axis, (ylabel, suffix) in zip(axes, panels, strict=True):
+        for tag in sorted({tag for values in scalars for tag in values if tag.endswith(suffix)}):
+            axis.plot(seconds, [values.get(tag, float("nan")) for values in scalars], marker=".",
+                      label=tag.removeprefix("system/"))
+        axis.set_ylabel(ylabel)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    axes[0].set_title(f"system metrics of this host ({title})")
+    axes[-1].set_xlabel("seconds since sampling began")
+    figure.tight_layout()
+    common.atomic_write(os.path.join(directory, "system.png"), lambda tmp: figure.savefig(tmp, format="png"))
+    plt.close(figure)
