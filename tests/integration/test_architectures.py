@@ -33,9 +33,12 @@ pytestmark = pytest.mark.e2e
 
 CLASSES = ["china", "flower", "grace_hopper"]
 # small enough for 2 CPU cores; what the test varies is the architecture and the data-parallel backend
-# ResNet-18 and ShuffleNet V2: mobilenet_v3_small, efficientnet_b0 and regnet_x_400mf (built in
+# ResNet-18 and ShuffleNet V2 reach it: mobilenet_v3_small, efficientnet_b0 and regnet_x_400mf (built in
 # tests/unit/test_torch_model.py) stayed below 0.8 validation accuracy in 90-120 steps from scratch
-# here with constant rates, squeezenet1_1 at chance with this schedule (2026-11-25)
+# here with constant rates, squeezenet1_1 at chance with this schedule (2026-11-25). The data-parallel
+# jobs train ShuffleNet V2 (2.3 M parameters): ResNet-18's 11.7 M made every step's gradient exchange
+# over Gloo five times larger (DDP 262 s, FSDP2 441 s of CI's integration tier on 2026-11-25);
+# ResNet-18 stays in the weights-channel test below.
 PHOTOS_JOB = {"image-size": 32, "batch-size": 16, "learning-rate": 0.02, "epochs": 8, "warmup-epochs": 1,
               "lr-schedule": "cosine"}
 STEPS = 8 * 15   # 480 training images in global batches of 32
@@ -79,8 +82,8 @@ def _score_saved_model(model_dir, channel) -> float:
 
 @pytest.mark.parametrize("backend, model, hyperparameters", [
     # Horovod with ShuffleNet V2: the README's make train command, test_make_train_on_the_photos_...
-    ("ddp", "resnet18", {"sagemaker_torch_distributed_enabled": True}),
-    ("fsdp", "resnet18", {"sagemaker_torch_distributed_enabled": True, "data-parallel": "fsdp"}),
+    ("ddp", "shufflenet_v2_x1_0", {"sagemaker_torch_distributed_enabled": True}),
+    ("fsdp", "shufflenet_v2_x1_0", {"sagemaker_torch_distributed_enabled": True, "data-parallel": "fsdp"}),
 ])
 def test_a_torchvision_architecture_trains_on_rgb_photographs(photos_channels, tmp_path, backend, model,
                                                               hyperparameters):
