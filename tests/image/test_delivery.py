@@ -11,6 +11,7 @@ it is pulled back by the immutable tag, and must be the image the build made.
 """
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -49,21 +50,23 @@ def wait_for_port(port: int, process: subprocess.Popen, timeout_s: float = 30) -
     raise TimeoutError(f"nothing listens on port {port} after {timeout_s} s")
 
 
-@pytest.fixture
-def ecr_api(tmp_path):
+@contextlib.contextmanager
+def ecr_api(tmp_path: Path):
     """moto's server on a free port; yields the AWS CLI environment that points at it."""
     port = free_port()
     log = open(tmp_path / "moto.log", "w")
     server = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
     wait_for_port(port, server)
-    yield {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1"}
-    server.terminate()
-    server.wait(timeout=10)
+    try:
+        yield {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1"}
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
-@pytest.fixture
-def registry(tmp_path):
+@contextlib.contextmanager
+def registry(tmp_path: Path):
     """docker-registry with htpasswd auth on a free port; yields (address, podman environment)."""
     if not shutil.which("docker-registry"):
         pytest.fail("docker-registry is missing: scripts/setup-host.sh installs it")
@@ -85,16 +88,18 @@ def registry(tmp_path):
     server = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")], stdout=log, stderr=log)
     wait_for_port(port, server)
     env = {"CONTAINERS_REGISTRIES_CONF": str(root / "registries.conf"), "REGISTRY_AUTH_FILE": str(root / "auth.json")}
-    yield address, env
-    server.terminate()
-    server.wait(timeout=10)
-    shutil.rmtree(root / "data", ignore_errors=True)      # the pushed layers, about 2 GB
-    # the local tags the push made (also when the test failed half way)
-    names = subprocess.run([CONTAINER, "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
-                           text=True).stdout.split()
-    for name in names:
-        if name.startswith(address + "/"):
-            subprocess.run([CONTAINER, "rmi", name], capture_output=True)
+    try:
+        yield address, env
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        shutil.rmtree(root / "data", ignore_errors=True)      # the pushed layers, about 2 GB
+        # the local tags the push made (also when the test failed half way)
+        names = subprocess.run([CONTAINER, "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
+                               text=True).stdout.split()
+        for name in names:
+            if name.startswith(address + "/"):
+                subprocess.run([CONTAINER, "rmi", name], capture_output=True)
 
 
 def registry_tags(repository: str) -> set[str]:
@@ -111,17 +116,6 @@ def registry_tags(repository: str) -> set[str]:
         raise
 
 
-@pytest.fixture(params=["podman", "docker"])
-def engine(request):
-    """The environment that picks the container engine: podman's (nothing to add), or the
-    project's Docker engine, where the run built the image with it (DTC_DOCKER_IMAGE). One
-    buildspec runs at a time: buildspec.yml writes build/release/ in the checkout."""
-    if request.param == "docker" and not IMAGES["docker"]:
-        pytest.skip("DTC_DOCKER_IMAGE is not set (make test builds the image with Docker where its engine runs)")
-    with exclusive("buildspec"):
-        yield {} if request.param == "podman" else docker_env()
-
-
 def run_buildspec(env: dict, artifacts_dir: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dtc_local.buildspec", str(REPO / "buildspec.yml"),
                            "--artifacts-dir", str(artifacts_dir)],
@@ -134,11 +128,30 @@ def aws(env: dict, *argv: str) -> dict:
     return json.loads(done.stdout)
 
 
-def test_buildspec_creates_the_repository_logs_in_tests_and_pushes_an_image_that_pulls_back_and_runs(
-        ecr_api, registry, engine, tmp_path):
+def test_buildspec_creates_the_repository_logs_in_tests_and_pushes_an_image_that_pulls_back_and_runs(tmp_path):
+    """With podman's engine, then with the project's Docker engine where the run built the image
+    with it (DTC_DOCKER_IMAGE), each against its own ECR API and registry. One test, so that one
+    pytest-xdist worker runs both in turn (buildspec.yml writes build/release/ in the checkout:
+    one buildspec at a time) while the others go on with other tests."""
     if flavor_image("cpu") != "dtc:cpu":
         pytest.skip("buildspec.yml builds dtc:<flavor>; this run's image is named otherwise")
-    address, podman_env = registry
+    with exclusive("buildspec"):
+        for engine in ("podman", "docker"):
+            if engine == "docker" and not IMAGES["docker"]:
+                pytest.skip("podman's buildspec run passed; Docker's did not run: DTC_DOCKER_IMAGE is not set "
+                            "(make test builds the image with Docker where its engine runs)")
+            work = tmp_path / engine
+            work.mkdir()
+            with ecr_api(work) as aws_env, registry(work) as (address, podman_env):
+                check_buildspec_release(aws_env, address, podman_env, {} if engine == "podman" else docker_env(),
+                                        work)
+
+
+def check_buildspec_release(ecr_api: dict, address: str, podman_env: dict, engine: dict, tmp_path: Path) -> None:
+    """buildspec.yml run by dtc_local.buildspec with the engine ``engine`` selects (``{}``: podman;
+    ``docker_env()``: Docker's) against the ECR API ``ecr_api`` and the registry at ``address``:
+    repository, login, in-image suite, tags, artifacts, the image pulled back and run, a second
+    push of the same commit refused, an image over its size budget not pushed."""
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                          check=True).stdout.strip()
     env = {**ecr_api, **podman_env, **engine, "REPOSITORY": "team/dtc", "FLAVORS": "cpu", "PUSH_REGISTRY": address,
