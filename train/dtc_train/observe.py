@@ -230,7 +230,8 @@ def _markdown(summary: dict) -> str:
               "Gradient communication is not listed apart: it overlaps the backward pass.", ""]
     system = summary["system"]
     if system["samples"]:
-        lines += [f"System metrics of this host, {system['samples']} samples every {system['interval_s']:g} s:", "",
+        count = f"{system['samples']} sample{'s' if system['samples'] != 1 else ''}"
+        lines += [f"System metrics of this host, {count} every {system['interval_s']:g} s:", "",
                   "| metric | mean | max |", "|---|---|---|"]
         lines += [f"| {name} | {values['mean']:.2f} | {values['max']:.2f} |"
                   for name, values in system["series"].items()]
