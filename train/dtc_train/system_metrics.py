@@ -51,7 +51,7 @@ class Sample:
         memory_percent: the same as a percentage of the total.
         network_sent_mb_per_s / network_received_mb_per_s: bytes over every interface but the
             loopback, 1e6 bytes per second over the interval.
-        gpus: per GPU index: (utilization %, memory used in 1e9 bytes); empty without ``nvidia-smi``.
+        gpus: per GPU: (index, utilization %, memory used in 1e9 bytes); empty without ``nvidia-smi``.
     """
 
     elapsed_s: float
