@@ -5,11 +5,13 @@
 #
 #   setup        scripts/setup-host.sh when its inputs changed (make setup)
 #   image        the CPU image (make image)
-#   docker-image the CPU image again, built by Docker's engine (scripts/docker-daemon.sh: BuildKit, the
-#                build secret) where it runs; the Docker tests (tests/cluster/test_docker.py) use it
-#                (DTC_DOCKER_IMAGE) and skip, saying why, where the engine does not run
 #   gpu-image    the GPU image, only when its build inputs differ from tests/fixtures/gpu-verified.json
 #                (scripts/gpu_inputs.py); its checks then run in the cluster tier (DTC_GPU_IMAGE)
+#   docker-image the CPU image again, built by Docker's engine (scripts/docker-daemon.sh: BuildKit, the
+#                build secret) where it runs; the Docker tests (tests/cluster/test_docker.py, the
+#                buildspec's Docker half) use it, and skip, saying why, where the engine does not run.
+#                It ends with a line in the file DTC_DOCKER_IMAGE_FILE names ("built <image>",
+#                "none <why>" or "failed <why>"; helpers.docker_image), which those tests wait for
 #   lint         ruff and shellcheck (make lint)
 #   unit         tests/unit: no process started
 #   integration  tests/integration: real train, mpirun and torchrun on this host
@@ -17,8 +19,9 @@
 #   gpu          tests/gpu: skipped without an NVIDIA GPU
 #
 # The images are built in the background while lint, unit and integration run (they need no
-# image; the build is mostly downloads and layer commits), with the build's log printed when it
-# is waited for; the cluster tier starts once they are built.
+# image; the build is mostly downloads and layer commits): podman's first, then Docker's. The
+# cluster tier starts once podman's are built (their log printed then) and integration is done;
+# Docker's build goes on beside it, and the tests that need it run last and wait for it.
 #
 # Env: TEST_PHASES (default all of the above; e.g. "lint unit" for a quick run), PYTEST_ARGS
 # (added to every pytest run), INTEGRATION_WORKERS / CLUSTER_WORKERS (pytest-xdist processes per
@@ -43,8 +46,10 @@ pytest_tier() {   # pytest_tier NAME WORKERS PATH...: one tier, its slowest test
   local name="$1" workers="$2"; shift 2
   local parallel=()
   [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadgroup)
+  local docker_file=""
+  if wants docker-image; then docker_file="$state/docker-image"; fi
   DTC_IMAGE="$IMAGE" DTC_GPU_IMAGE="$(cat "$state/gpu-image" 2>/dev/null)" \
-    DTC_DOCKER_IMAGE="$(cat "$state/docker-image" 2>/dev/null)" \
+    DTC_DOCKER_IMAGE="" DTC_DOCKER_IMAGE_FILE="$docker_file" \
     "$PYTHON" -m pytest "$@" "${parallel[@]}" --durations=15 --junitxml="build/junit-$name.xml" "${pytest_args[@]}"
 }
 
@@ -56,11 +61,14 @@ phase() {   # phase NAME: runs it, appends "NAME SECONDS EXIT" to the rows; retu
     setup) "$MAKE" --no-print-directory setup ;;
     image) "$MAKE" --no-print-directory image IMAGE="$IMAGE" ;;
     docker-image)
-      if ! scripts/docker-daemon.sh start; then echo "no Docker engine here: the Docker tests will skip"
+      if ! scripts/docker-daemon.sh start; then
+        echo "no Docker engine here: the Docker tests will skip"
+        docker_result "none the Docker engine does not run on this machine (scripts/docker-daemon.sh start failed)"
       else
         # shellcheck disable=SC2046  # DOCKER_HOST=... DOCKER=..., no spaces
-        env $(scripts/docker-daemon.sh env) IMAGE="$IMAGE" BUILD_REPORT=build/docker-build.json \
-          scripts/build-image.sh && echo "$IMAGE" > "$state/docker-image"
+        if env $(scripts/docker-daemon.sh env) IMAGE="$IMAGE" BUILD_REPORT=build/docker-build.json \
+             scripts/build-image.sh; then docker_result "built $IMAGE"
+        else docker_result "failed scripts/build-image.sh with Docker's engine failed (build/images.log)"; false; fi
       fi ;;
     gpu-image)
       if python3 scripts/gpu_inputs.py check; then true
@@ -79,11 +87,21 @@ phase() {   # phase NAME: runs it, appends "NAME SECONDS EXIT" to the rows; retu
   return "$code"
 }
 
-images() {   # the image phases asked for, in order; stops at the first that fails
-  local name
-  for name in image docker-image gpu-image; do
-    if wants "$name"; then phase "$name" || return; fi
+docker_result() {   # docker_result "built IMAGE" | "none WHY" | "failed WHY": what helpers.docker_image reads
+  printf '%s\n' "$1" > "$state/docker-image.tmp" && mv "$state/docker-image.tmp" "$state/docker-image"
+}
+
+images() {   # podman's image phases asked for, then Docker's; writes $state/podman-images (their exit code)
+  local name code=0
+  for name in image gpu-image; do
+    if wants "$name"; then phase "$name" || { code=$?; break; }; fi
   done
+  echo "$code" > "$state/podman-images"
+  if wants docker-image; then
+    if [ "$code" = 0 ]; then phase docker-image || code=$?
+    else docker_result "none the podman image build failed first"; fi
+  fi
+  return "$code"
 }
 
 setup_code=0
@@ -98,10 +116,13 @@ if [ "$setup_code" = 0 ]; then
   for name in lint unit integration; do
     if wants "$name"; then phase "$name"; fi
   done
+  printed=0
   if [ -n "$builder" ]; then
-    wait "$builder"
-    images_code=$?
-    printf '\n===== the image build (build/images.log) =====\n'
+    # podman's images: the cluster tier needs them (Docker's build may go on beside it)
+    while [ ! -s "$state/podman-images" ] && kill -0 "$builder" 2>/dev/null; do sleep 5; done
+    images_code="$(cat "$state/podman-images" 2>/dev/null || echo 1)"
+    printf '\n===== the image build so far (build/images.log) =====\n'
+    printed="$(wc -c < build/images.log)"
     cat build/images.log
     if [ "$images_code" != 0 ]; then echo "the image build failed: the cluster tier cannot run" >&2; fi
   fi
@@ -111,10 +132,15 @@ if [ "$setup_code" = 0 ]; then
       if wants "$name"; then phase "$name"; fi
     done
   fi
+  if [ -n "$builder" ]; then
+    wait "$builder"
+    printf '\n===== the rest of the image build (build/images.log) =====\n'
+    tail -c +"$((printed + 1))" build/images.log
+  fi
 fi
 
 first_failure=0
-printf '\n===== time per phase (%s; image and gpu-image ran beside lint, unit and integration) =====\n' \
+printf '\n===== time per phase (%s; image, gpu-image and docker-image ran in the background: beside lint, unit and integration, and docker-image beside the cluster tier too) =====\n' \
   "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 printf '%-12s %8s %8s  %s\n' phase seconds minutes exit
 json="["

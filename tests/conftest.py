@@ -28,6 +28,10 @@ def pytest_collection_modifyitems(config, items):
         tier = Path(item.fspath).relative_to(tests_dir).parts[0]
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+    # Tests marked docker (tests/cluster/test_docker.py) go last, in their order: they wait for
+    # make test's Docker image build, which may still run when the cluster tier starts
+    # (helpers.docker_image), and pytest-xdist hands tests out in this order
+    items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
     if gpu_available():
         return
     skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine (runs on the lent GPU machine)")

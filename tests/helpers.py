@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +34,13 @@ HOSTS = ("algo-1", "algo-2")
 # workers' clusters (containers <name>-algo-N, network <name>) never meet.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 CLUSTER = cluster.ClusterJob(image="", name=f"dtc-test-{WORKER}", subnet=f"10.213.{50 + int(WORKER[2:])}.0/24")
-IMAGES = {"cpu": os.environ.get("DTC_IMAGE"), "gpu": os.environ.get("DTC_GPU_IMAGE"),
-          "docker": os.environ.get("DTC_DOCKER_IMAGE")}   # the CPU image built with Docker (scripts/test.sh)
+IMAGES = {"cpu": os.environ.get("DTC_IMAGE"), "gpu": os.environ.get("DTC_GPU_IMAGE")}
+# The image buildspec.yml builds (scripts/release.sh build: dtc:<flavor>). Where the run's image has
+# this name, tests/image/test_delivery.py's buildspec run tests it with the in-image suite
+# (release.sh test) under podman, and under Docker where the run built a Docker image
+# (docker_image): the suite is not run a second time in that engine.
+BUILDSPEC_IMAGE = "dtc:cpu"
+DOCKER_BUILD_WAIT_S = 2700
 
 # The lines every built-in trainer prints (dtc_train.common): one metric line per epoch, one
 # weight digest per rank at the end, rate-limited progress lines within epochs.
@@ -395,6 +401,33 @@ def check_labels(flavor: str) -> None:
     else:
         assert labels["ai.dtc.pytorch"] == pinned["TORCH_GPU_VERSION"]
         assert labels["ai.dtc.cuda"] == pinned["CUDA_RUNTIME_VERSION"]
+
+
+def docker_image() -> str:
+    """The CPU image built by Docker's engine: ``DTC_DOCKER_IMAGE``, or, while ``make test``
+    builds it beside the cluster tier, what its docker-image phase writes to
+    ``DTC_DOCKER_IMAGE_FILE`` when it ends (scripts/test.sh: ``built <image>``, ``none <why>`` or
+    ``failed <why>``), waited for up to ``DOCKER_BUILD_WAIT_S`` seconds. Skips the test where no
+    Docker image is built (no engine on this machine, or no such build asked for); fails it where
+    the build failed or never ended."""
+    if os.environ.get("DTC_DOCKER_IMAGE"):
+        return os.environ["DTC_DOCKER_IMAGE"]
+    path = os.environ.get("DTC_DOCKER_IMAGE_FILE")
+    if not path:
+        pytest.skip("no Docker image named (DTC_DOCKER_IMAGE; make test builds the image with Docker where its "
+                    "engine runs, and names it)")
+    deadline = time.monotonic() + DOCKER_BUILD_WAIT_S
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            pytest.fail(f"make test's Docker image build did not end within {DOCKER_BUILD_WAIT_S} s ({path} was "
+                        "never written; build/images.log)")
+        time.sleep(5)
+    status, _, detail = Path(path).read_text().strip().partition(" ")
+    if status == "built":
+        return detail
+    if status == "failed":
+        pytest.fail(f"make test's Docker image build failed: {detail}")
+    pytest.skip(f"no Docker image: {detail}")
 
 
 def docker_env() -> dict[str, str]:

@@ -17,6 +17,7 @@ import pytest
 
 from dtc_local import job_tree
 from helpers import (
+    BUILDSPEC_IMAGE,
     CONTAINER,
     DIGEST,
     METRIC,
@@ -34,6 +35,9 @@ pytestmark = pytest.mark.image
 
 
 def test_in_image_sanity_suite():
+    if flavor_image("cpu") == BUILDSPEC_IMAGE:
+        pytest.skip("the buildspec test runs the in-image suite in this image (tests/image/test_delivery.py, "
+                    "release.sh test)")
     check_in_image_suite("cpu")
 
 
