@@ -108,10 +108,12 @@ push: $(SETUP_STAMP)
 	REGION=$(REGION) REPOSITORY=$(REPOSITORY) FLAVORS="$(FLAVORS)" $(PYTHON) -m dtc_local.buildspec buildspec.yml
 
 # Benchmarks in the image (bench/run.py): JSON, plots and a ratio table under build/bench/;
-# QUICK=1 runs tiny sizes in about two minutes (what make test checks).
+# QUICK=1 runs tiny sizes in a few minutes (what make test checks); BENCH_ARGS passes other flags
+# (e.g. BENCH_ARGS="--only A3,A8 --repeats 3").
 QUICK ?=
+BENCH_ARGS ?=
 bench: $(SETUP_STAMP) image
-	$(PYTHON) bench/run.py --image $(IMAGE) $(if $(QUICK),--quick)
+	$(PYTHON) bench/run.py --image $(IMAGE) $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 # On a GPU machine: B1-B4 in the GPU image with a dated report (skips cleanly without a GPU).
 bench-gpu: $(SETUP_STAMP)

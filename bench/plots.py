@@ -90,7 +90,8 @@ def write_all(results: dict, out: Path) -> list[Path]:
              "A3": ("A3: training images/s, variant@ranks", "images per second"),
              "A4": ("A4: train start -> user script's first line", "seconds"),
              "A5": ("A5: start -> every rank past a barrier", "seconds"),
-             "A6": ("A6: TF parameter server vs Horovod, 2 hosts", "images per second")}
+             "A6": ("A6: TF parameter server vs Horovod, 2 hosts", "images per second"),
+             "A8": ("A8: built-in trainer vs bare loop, variant@case, 1 process", "training images per second")}
     for benchmark, (title, ylabel) in specs.items():
         if benchmark in benchmarks:
             done.append(bars(results, benchmark, title, ylabel, out / f"{benchmark.lower()}.png"))

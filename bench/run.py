@@ -4,8 +4,9 @@ load, pinning, versions, every repeat, medians and IQRs, ratios against the base
 in the same run, targets), ``records.jsonl`` (raw), PNG plots, and prints the ratio table.
 ``build/bench/latest`` points at the newest run.
 
-``--quick`` (``make bench QUICK=1``): A1, A2, A4 and A5 at tiny sizes and one or two repeats,
-no A3 or A6: checks the harness in about two minutes; its numbers mean nothing.
+``--quick`` (``make bench QUICK=1``): A1, A2, A4, A5 and A8 at tiny sizes and one or two repeats
+(A8: the digits case over 2 epochs), no A3 or A6: checks the harness in a few minutes; its
+numbers mean nothing.
 
 ``--gpu`` (``make bench-gpu``): the GPU suite B1-B4 (bench/gpu/suite.py) in the GPU image with
 every GPU passed in, and a dated ``report.md``; on a machine without an NVIDIA GPU it writes a
@@ -16,7 +17,8 @@ faster than off (with the Gloo controller, over TCP as between hosts; with MPI o
 memory makes each small message cheap and fusion is reported only); A3 Horovod >= DDP; A4 ours <=
 0.15x the stock toolkit and <= 0.3 s; A5 our overhead on top of the bare launcher (mpirun, torchrun)
 <= 10 %; for a single process, whose bare launch is the interpreter alone, the overhead is reported
-in seconds. A6 and A7 are reported.
+in seconds; A8 (issue #19) the built-in PyTorch trainer's training images/s >= 0.97x a bare loop's
+on the same model and data (bench/trainer_overhead.py). A6 and A7 are reported.
 """
 
 import argparse
@@ -44,11 +46,11 @@ def container(*argv: str, timeout_s: float = 7200) -> subprocess.CompletedProces
     return subprocess.run([str(REPO / "scripts" / "container.sh"), *argv], text=True, timeout=timeout_s)
 
 
-def run_suite(image: str, out: Path, quick: bool, only: str) -> None:
+def run_suite(image: str, out: Path, quick: bool, only: str, repeats: int) -> None:
     """The in-image suite: algo-1 resolves to loopback there, as the stock toolkit of A4 needs."""
     argv = ["run", "--rm", "--shm-size", "1g", "--hostname", "algo-1", "--add-host", "algo-1:127.0.0.1",
             "-v", f"{HERE}:/bench:ro", "-v", f"{out}:/out", image, "python", "/bench/suite.py", "--out", "/out",
-            "--only", only] + (["--quick"] if quick else [])
+            "--only", only, "--repeats", str(repeats)] + (["--quick"] if quick else [])
     if container(*argv).returncode != 0:
         raise SystemExit("bench: the in-image suite failed (output above)")
 
@@ -145,6 +147,12 @@ def analyse(records: list[dict]) -> tuple[dict, list[dict]]:
         for launcher in ("mpi", "torchrun"):
             ratio("A5", f"start -> all ranks past a barrier, {launcher}: ours / bare - 1",
                   a5[(f"ours-{launcher}",)]["median"] / a5[(f"bare-{launcher}",)]["median"] - 1, 0.10, False)
+    a8 = medians(records, "A8", "images_per_s", "case")
+    if a8:
+        summaries["A8"] = {f"{v}@{c}": m for (v, c), m in a8.items()}
+        for case in sorted({c for _, c in a8}):
+            ratio("A8", f"built-in trainer / bare loop, training images/s, {case}, 1 process",
+                  a8[("trainer", case)]["median"] / a8[("bare-loop", case)]["median"], 0.97)
     a6 = medians(records, "A6", "images_per_s")
     if a6:
         summaries["A6"] = {v: m for (v,), m in a6.items()}
@@ -227,6 +235,7 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--gpu", action="store_true", help="the GPU suite (B1-B4) instead of the CPU one")
     parser.add_argument("--only", help="comma-separated benchmarks (default: all for the mode)")
+    parser.add_argument("--repeats", type=int, default=5, help="repeats of each in-image benchmark (--quick: 1)")
     parser.add_argument("--out-root", default=str(REPO / "build" / "bench"))
     args = parser.parse_args(argv)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -235,9 +244,9 @@ def main(argv=None) -> None:
     if args.gpu:
         run_gpu(args.image, out, args.quick)
         return
-    only = args.only or ("A1,A2,A4,A5" if args.quick else "A1,A2,A3,A4,A5,A6")
+    only = args.only or ("A1,A2,A4,A5,A8" if args.quick else "A1,A2,A3,A4,A5,A6,A8")
     in_image = ",".join(b for b in only.split(",") if b != "A6")
-    run_suite(args.image, out, args.quick, in_image)
+    run_suite(args.image, out, args.quick, in_image, args.repeats)
     records = common.read_records(str(out / "records.jsonl"))
     if "A6" in only.split(","):
         records += run_a6(args.image, out)

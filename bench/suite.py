@@ -1,5 +1,6 @@
 """The CPU benchmark suite, run inside the image (bench/run.py starts it there): A1 allreduce
-bandwidth, A2 tensor fusion, A3 weak scaling, A4 dispatch overhead, A5 distributed start.
+bandwidth, A2 tensor fusion, A3 weak scaling, A4 dispatch overhead, A5 distributed start, A8 the
+built-in trainer against a bare loop.
 
 Noise control (perf-and-style.md 1.8): every rank pins itself to one core and one thread; A and
 B variants are interleaved within each repeat (repeat 1 runs every variant, then repeat 2...), so
@@ -9,7 +10,8 @@ be idle, and the run is flagged when it was not: more than 10 % of the CPUs busy
 after each benchmark (the benchmarks' own ranks raise it, by design). Every repeat's raw record goes to
 ``<out>/records.jsonl``; ``<out>/meta.json`` holds the machine, versions, pinning and loads.
 
-Usage: ``python /bench/suite.py --out /out [--quick] [--only A1,A4]``.
+Usage: ``python /bench/suite.py --out /out [--quick] [--only A1,A4]``; ``--quick`` runs A8's
+digits case alone, over 2 epochs.
 """
 
 import argparse
@@ -25,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common
 import launch_overhead
 import scaling
+import trainer_overhead
 
 HERE = Path(__file__).resolve().parent
 SIZES_FULL = [4 << 10, 64 << 10, 1 << 20, 8 << 20, 32 << 20, 128 << 20]
@@ -101,6 +104,16 @@ def run_scaling(repeats: int, epochs: int, records: str, work: Path) -> None:
     common.write_records(records, rows)
 
 
+def run_trainer_overhead(repeats: int, epochs: int, cases: list[str], records: str, work: Path) -> None:
+    rows = []
+    for repeat in range(repeats):
+        for case in cases:
+            for variant in trainer_overhead.VARIANTS:
+                rows.append({"benchmark": "A8", "variant": variant, "case": case, "repeat": repeat,
+                             "images_per_s": trainer_overhead.run(work, case, variant, epochs)})
+    common.write_records(records, rows)
+
+
 def versions() -> dict[str, str]:
     names = ("tensorflow", "torch", "horovod", "mpi4py", "nvidia-dali-cuda120", "sagemaker-training", "numpy")
     found = {name: metadata.version(name) for name in names}
@@ -114,7 +127,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks the harness in seconds")
-    parser.add_argument("--only", default="A1,A2,A3,A4,A5")
+    parser.add_argument("--only", default="A1,A2,A3,A4,A5,A8")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -143,6 +156,9 @@ def main(argv=None) -> None:
                 run_timed_cases("A4", launch_overhead.dispatch_cases(work), 2 if args.quick else 10, records, work)
             elif benchmark == "A5":
                 run_timed_cases("A5", launch_overhead.distributed_start_cases(work), repeats, records, work)
+            elif benchmark == "A8":
+                run_trainer_overhead(repeats, 2 if args.quick else 4,
+                                     ["digits-cnn"] if args.quick else list(trainer_overhead.CASES), records, work)
             else:
                 raise SystemExit(f"unknown benchmark {benchmark}")
             meta["load"][benchmark] = {"before": before, "after": common.load_average()}

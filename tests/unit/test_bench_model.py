@@ -1,5 +1,6 @@
-"""The benchmark harness's arithmetic on known inputs: busbw (nccl-tests' formula) and the A7
-model's alpha-beta fit against the Horovod paper's measured efficiencies (bench/common.py, bench/model.py)."""
+"""The benchmark harness's arithmetic on known inputs: busbw (nccl-tests' formula), the A7
+model's alpha-beta fit against the Horovod paper's measured efficiencies (bench/common.py,
+bench/model.py), and A8's ratios (bench/run.py)."""
 
 import sys
 
@@ -10,6 +11,7 @@ from helpers import REPO
 sys.path.insert(0, str(REPO / "bench"))
 import common
 import model
+import run
 
 
 def test_busbw_is_the_nccl_tests_formula():
@@ -29,3 +31,16 @@ def test_the_alpha_beta_fit_recovers_known_parameters_and_the_model_matches_the_
     for gpus, measured in model.ASSUMPTIONS["paper_efficiency"].items():
         assert rows[gpus]["ring_efficiency"] == pytest.approx(measured, abs=0.03)   # the paper's 88-90 %
     assert rows[128]["ps_efficiency"] < 0.6 < rows[128]["ring_efficiency"]          # and its PS comparison
+
+
+def test_a8_compares_the_trainers_median_images_per_s_with_the_bare_loops_per_case():
+    rows = [("trainer", "shufflenet", [96.0, 98.0, 97.0]), ("bare-loop", "shufflenet", [101.0, 99.0, 100.0]),
+            ("trainer", "digits-cnn", [800.0]), ("bare-loop", "digits-cnn", [1000.0])]
+    records = [{"benchmark": "A8", "variant": variant, "case": case, "repeat": repeat, "images_per_s": value}
+               for variant, case, values in rows for repeat, value in enumerate(values)]
+    summaries, ratios = run.analyse(records)
+    assert summaries["A8"]["trainer@shufflenet"]["median"] == 97.0
+    a8 = {r["measurement"]: (r["value"], r["target"], r["met"]) for r in ratios if r["benchmark"] == "A8"}
+    assert a8 == {
+        "built-in trainer / bare loop, training images/s, digits-cnn, 1 process": (pytest.approx(0.8), 0.97, False),
+        "built-in trainer / bare loop, training images/s, shufflenet, 1 process": (pytest.approx(0.97), 0.97, True)}

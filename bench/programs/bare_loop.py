@@ -1,0 +1,72 @@
+"""A8's baseline: the plainest PyTorch training loop on the built-in trainer's model and data.
+
+The same model (``dtc_train.torch_model.ModelChoice``: the digits CNN or a torchvision
+architecture, built untrained), the same DALI pipelines (``dtc_train.dali_data``: the job's
+channels, decoded, augmented and normalized as the trainer's), the same batch size and optimizer
+(SGD with momentum), one process. Each step is ``zero_grad``, forward, cross-entropy, ``backward``,
+``step`` and nothing else: no Horovod, no stop agreement, no loss read back, no progress lines,
+metrics or checkpoints. Each epoch ends with a forward pass over the validation channel, as the
+trainer's do: DALI's training pipeline fills its prefetch queue meanwhile, in both. Prints one
+JSON line per epoch: ``{"epoch": N, "images_per_s": float}`` (training images over the wall-clock
+time of the epoch's training steps, validation excluded, as the trainer's samples_per_second).
+
+Run in a SageMaker job tree (``SAGEMAKER_BASE_DIR``), as ``train`` would run the trainer:
+``python bare_loop.py --model shufflenet_v2_x0_5 --image-size 64 --epochs 4``.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+from dtc_train import contract, dali_data, torch_model
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=torch_model.DIGITS)
+    parser.add_argument("--image-size", type=int, default=None)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=32)       # the trainer's defaults (dtc_train.common)
+    parser.add_argument("--learning-rate", type=float, default=0.01)
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--dali-threads", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(len(os.sched_getaffinity(0)))           # as the trainer's set_threads_per_rank
+    choice = torch_model.ModelChoice.from_args(args.model, args.image_size, "auto", None)
+    place = dali_data.Place(0, 1, 0, 1, contract.current_host())
+    data = dali_data.rank_data("training", "validation", args.batch_size, place, lambda obj: [obj])
+    pipes = data.pipelines(args.batch_size, device_id=None, layout="CHW", seed=args.seed,
+                           num_threads=args.dali_threads, spec=choice.images)
+    batches, val_batches = (DALIGenericIterator([pipe], ["images", "labels"], size=-1, auto_reset=True)
+                            for pipe in pipes)
+    model = choice.build(len(data.classes))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
+    model.train()
+    for epoch in range(1, args.epochs + 1):
+        start = time.perf_counter()
+        for _ in range(data.steps_per_epoch):
+            batch = next(batches)[0]
+            images, labels = batch["images"], batch["labels"].view(-1).long()
+            optimizer.zero_grad()
+            F.cross_entropy(model(images), labels).backward()
+            optimizer.step()
+        seconds = time.perf_counter() - start
+        print(json.dumps({"epoch": epoch, "images_per_s": data.steps_per_epoch * args.batch_size / seconds}),
+              flush=True)
+        model.eval()
+        with torch.no_grad():
+            for _ in range(data.val_shard.batches):
+                model(next(val_batches)[0]["images"])
+        model.train()
+
+
+if __name__ == "__main__":
+    main()
