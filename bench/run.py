@@ -1,5 +1,6 @@
-"""``make bench``: runs the CPU benchmark suite in the image, the two-host A6 comparison in a
-local cluster, fits A7's model, and writes ``build/bench/<UTC time>/``: ``results.json`` (machine,
+"""``make bench``: runs the CPU benchmark suite in the image (``--host``: in this host's virtual
+environment instead, whose torchvision A3's and A8's torchvision cases need), the two-host A6
+comparison in a local cluster, fits A7's model, and writes ``build/bench/<UTC time>/``: ``results.json`` (machine,
 load, pinning, versions, every repeat, medians and IQRs, ratios against the baselines measured
 in the same run, targets), ``records.jsonl`` (raw), PNG plots, and prints the ratio table.
 ``build/bench/latest`` points at the newest run.
@@ -46,13 +47,18 @@ def container(*argv: str, timeout_s: float = 7200) -> subprocess.CompletedProces
     return subprocess.run([str(REPO / "scripts" / "container.sh"), *argv], text=True, timeout=timeout_s)
 
 
-def run_suite(image: str, out: Path, quick: bool, only: str, repeats: int) -> None:
-    """The in-image suite: algo-1 resolves to loopback there, as the stock toolkit of A4 needs."""
-    argv = ["run", "--rm", "--shm-size", "1g", "--hostname", "algo-1", "--add-host", "algo-1:127.0.0.1",
-            "-v", f"{HERE}:/bench:ro", "-v", f"{out}:/out", image, "python", "/bench/suite.py", "--out", "/out",
-            "--only", only, "--repeats", str(repeats)] + (["--quick"] if quick else [])
-    if container(*argv).returncode != 0:
-        raise SystemExit("bench: the in-image suite failed (output above)")
+def run_suite(image: str | None, out: Path, quick: bool, only: str, repeats: int) -> None:
+    """The suite in ``image`` (algo-1 resolves to loopback there, as the stock toolkit of A4
+    needs), or with this process's Python (the host's virtual environment) when ``image`` is None."""
+    flags = ["--only", only, "--repeats", str(repeats)] + (["--quick"] if quick else [])
+    if image is None:
+        done = subprocess.run([sys.executable, str(HERE / "suite.py"), "--out", str(out), *flags], text=True)
+    else:
+        done = container("run", "--rm", "--shm-size", "1g", "--hostname", "algo-1", "--add-host", "algo-1:127.0.0.1",
+                         "-v", f"{HERE}:/bench:ro", "-v", f"{out}:/out", image, "python", "/bench/suite.py", "--out",
+                         "/out", *flags)
+    if done.returncode != 0:
+        raise SystemExit("bench: the suite failed (output above)")
 
 
 def run_a6(image: str, out: Path, epochs: int = 4) -> list[dict]:
@@ -236,6 +242,9 @@ def main(argv=None) -> None:
     parser.add_argument("--gpu", action="store_true", help="the GPU suite (B1-B4) instead of the CPU one")
     parser.add_argument("--only", help="comma-separated benchmarks (default: all for the mode)")
     parser.add_argument("--repeats", type=int, default=5, help="repeats of each in-image benchmark (--quick: 1)")
+    parser.add_argument("--host", action="store_true",
+                        help="run the suite (A1-A5, A8) in this host's virtual environment instead of the image: its "
+                             "torchvision runs A3's and A8's torchvision cases, which the CPU image cannot yet")
     parser.add_argument("--out-root", default=str(REPO / "build" / "bench"))
     args = parser.parse_args(argv)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -246,15 +255,15 @@ def main(argv=None) -> None:
         return
     only = args.only or ("A1,A2,A4,A5,A8" if args.quick else "A1,A2,A3,A4,A5,A6,A8")
     in_image = ",".join(b for b in only.split(",") if b != "A6")
-    run_suite(args.image, out, args.quick, in_image, args.repeats)
+    run_suite(None if args.host else args.image, out, args.quick, in_image, args.repeats)
     records = common.read_records(str(out / "records.jsonl"))
     if "A6" in only.split(","):
         records += run_a6(args.image, out)
         common.write_records(str(out / "records.jsonl"), [r for r in records if r["benchmark"] == "A6"])
     meta = json.loads((out / "meta.json").read_text())
     summaries, ratios = analyse(records)
-    results = {**meta, "image": args.image, "date": stamp, "benchmarks": summaries, "ratios": ratios,
-               "a7_model": fit_a7(records), "records": records}
+    results = {**meta, "image": "the host's virtual environment" if args.host else args.image, "date": stamp,
+               "benchmarks": summaries, "ratios": ratios, "a7_model": fit_a7(records), "records": records}
     (out / "results.json").write_text(json.dumps(results, indent=2))
     written = plots.write_all(results, out)
     latest = Path(args.out_root) / "latest"

@@ -15,6 +15,7 @@ mpi_yield_when_idle 0``: a rank waiting in MPI spins on its core) instead of the
 default (yield the core), measured in the same run as its baseline.
 """
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -33,8 +34,18 @@ CASES = {
     "horovod-pytorch-polling": ("builtin:pytorch", {"sagemaker_mpi_enabled": True}, "digits"),
     "horovod-pytorch-shufflenet": ("builtin:pytorch", {"sagemaker_mpi_enabled": True, **SHUFFLENET}, "photos"),
 }
+NEEDS_TORCHVISION = ("torchvision is not installed in this environment (the CPU image has none yet: README; "
+                     "bench/run.py --host measures the host's virtual environment, which has it)")
 MPI_OPTIONS = "-bind-to core -map-by core"
 EXTRA_MPI_OPTIONS = {"horovod-pytorch-polling": " -mca mpi_yield_when_idle 0"}
+
+
+def missing(hyperparameters: dict) -> str | None:
+    """Why a case with these hyperparameters cannot run here (a torchvision ``model`` without
+    torchvision), or ``None``."""
+    if "model" in hyperparameters and importlib.util.find_spec("torchvision") is None:
+        return NEEDS_TORCHVISION
+    return None
 
 
 def job_root(work: Path, name: str, hyperparameters: dict, data: str) -> Path:

@@ -95,19 +95,28 @@ def run_timed_cases(benchmark: str, cases: dict, repeats: int, records: str, wor
 
 
 def run_scaling(repeats: int, epochs: int, records: str, work: Path) -> None:
+    """A3; a case this environment cannot run (``scaling.missing``) is recorded as skipped, once."""
     rows = []
+    for case, (_, flags, _) in scaling.CASES.items():
+        if scaling.missing(flags):
+            rows.append({"benchmark": "A3", "variant": case, "skipped": scaling.missing(flags)})
     for repeat in range(repeats):
-        for case in scaling.CASES:
+        for case, (_, flags, _) in scaling.CASES.items():
             for ranks in (1, 2):
-                rows.append({"benchmark": "A3", "variant": case, "ranks": ranks, "repeat": repeat,
-                             "images_per_s": scaling.run_case(work, case, ranks, epochs)})
+                if not scaling.missing(flags):
+                    rows.append({"benchmark": "A3", "variant": case, "ranks": ranks, "repeat": repeat,
+                                 "images_per_s": scaling.run_case(work, case, ranks, epochs)})
     common.write_records(records, rows)
 
 
 def run_trainer_overhead(repeats: int, epochs: int, cases: list[str], records: str, work: Path) -> None:
-    rows = []
+    """A8; a case this environment cannot run (``scaling.missing``) is recorded as skipped, once."""
+    rows = [{"benchmark": "A8", "case": case, "skipped": scaling.missing(trainer_overhead.CASES[case][0])}
+            for case in cases if scaling.missing(trainer_overhead.CASES[case][0])]
     for repeat in range(repeats):
         for case in cases:
+            if scaling.missing(trainer_overhead.CASES[case][0]):
+                continue
             for variant in trainer_overhead.VARIANTS:
                 rows.append({"benchmark": "A8", "variant": variant, "case": case, "repeat": repeat,
                              "images_per_s": trainer_overhead.run(work, case, variant, epochs)})
