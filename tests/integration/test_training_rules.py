@@ -1,10 +1,12 @@
-"""Watching a PyTorch job (#19 item 5): early stopping on a validation plateau, kept across a
-restart, and a diverged (non-finite) training loss failing the job on every host, naming the
-step (dtc_train.plateau); a profiler trace of chosen steps (torch_common.StepProfiler)."""
+"""Watching a job (#19 item 5): early stopping on a validation plateau, kept across a restart,
+and a diverged (non-finite) training loss failing the job on every host, naming the step
+(dtc_train.loop and dtc_train.plateau: the same rules for PyTorch and TensorFlow); a profiler
+trace of chosen steps (torch_common.StepProfiler)."""
 
 import json
 import re
 
+import numpy as np
 import pytest
 
 from helpers import METRIC, digits_job, mpi_digits_job, own_torch_port, run_train, torch_load
@@ -48,6 +50,28 @@ def test_a_diverging_loss_fails_the_job_naming_the_step(digits_channels, tmp_pat
                         r"warmup-epochs\), check the training data, or set nonfinite-loss=continue to train on",
                         first), result.failure[:2000]
     assert not METRIC.findall(result.stdout)
+
+
+def test_tensorflow_stops_early_on_the_same_rule_and_keeps_its_state_in_the_checkpoint(digits_channels, tmp_path):
+    """The loop's rule on a TensorFlow backend (MirroredStrategy, one host, no distribution)."""
+    root = digits_job(tmp_path, digits_channels, {"sagemaker_program": "builtin:tensorflow", "epochs": 12,
+                                                  "learning-rate": 1e-30, "early-stopping-patience": 2})
+    result = run_train(root, timeout_s=600)
+    assert result.returncode == 0 and result.succeeded, result.output[-4000:]
+    assert [int(epoch) for epoch, *_ in METRIC.findall(result.stdout)] == [1, 2, 3]
+    assert "early stopping after epoch 3 of 12" in result.output, result.output[-3000:]
+    with np.load(root / "checkpoints" / "checkpoint.npz") as checkpoint:
+        assert int(checkpoint["epoch"]) == 3 and checkpoint["extra_plateau"].tolist()[1:] == [1, 3]
+    assert (root / "model" / "1" / "saved_model.pb").exists()
+
+
+def test_tensorflow_horovod_fails_a_diverging_loss_naming_the_step(digits_channels, tmp_path):
+    root = mpi_digits_job(tmp_path, digits_channels, "tensorflow", epochs=2, **{"learning-rate": 1e9})
+    result = run_train(root, timeout_s=600)
+    assert result.returncode != 0 and not result.succeeded, result.output[-3000:]
+    assert re.fullmatch(r"FloatingPointError: the training loss is (nan|inf|-inf) at step \d+ of epoch 1 \(global "
+                        r"step \d+\) on rank [01]: the model diverged; .*", result.failure.splitlines()[0]), \
+        result.failure[:2000]
 
 
 def test_nonfinite_loss_continue_trains_on(digits_channels, tmp_path):

@@ -1,12 +1,10 @@
 """Gradient accumulation's rules (dtc_train.torch_common.Accumulation): steps per epoch from a
 rank's batches, the hyperparameter's bounds, and one step over k micro-batches."""
 
-import argparse
-
 import pytest
 import torch
 
-from dtc_train import torch_common, torch_model
+from dtc_train import config, torch_common, torch_model
 
 
 @pytest.mark.parametrize("batches, micro_batches, steps", [(11, 1, 11), (11, 2, 5), (12, 4, 3), (3, 3, 1)])
@@ -23,11 +21,9 @@ def test_more_micro_batches_than_an_epoch_has_fails_naming_the_hyperparameters()
 
 @pytest.mark.parametrize("value", ["0", "-2", "1.5"])
 def test_the_hyperparameter_is_a_positive_integer(value, capsys):
-    parser = argparse.ArgumentParser()
-    torch_common.add_arguments(parser)
-    assert parser.parse_args([]).gradient_accumulation_steps == 1
+    assert config.parse(config.PYTORCH_DDP, []).gradient_accumulation_steps == 1
     with pytest.raises(SystemExit):
-        parser.parse_args(["--gradient-accumulation-steps", value])
+        config.parse(config.PYTORCH_DDP, ["--gradient-accumulation-steps", value])
     assert "argument --gradient-accumulation-steps: invalid positive_int value" in capsys.readouterr().err
 
 

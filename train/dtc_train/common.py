@@ -1,6 +1,5 @@
-"""What both built-in trainers share: arguments, metric lines, atomic files, weight digests."""
+"""What every built-in trainer shares: metric lines, logging, atomic files, weight digests."""
 
-import argparse
 import errno
 import hashlib
 import json
@@ -11,8 +10,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable
 
-from . import channel, contract, stop
-
 log = logging.getLogger("dtc.train")
 
 # One line per epoch, on rank 0 (dtc_train.observe). The README's metric_definitions read it
@@ -21,68 +18,6 @@ log = logging.getLogger("dtc.train")
 METRIC_LINE = ("epoch={epoch}/{epochs} train_loss={train_loss:.4f} train_accuracy={train_accuracy:.4f} "
                "val_loss={val_loss:.4f} val_accuracy={val_accuracy:.4f} val_samples={val_samples} "
                "epoch_seconds={epoch_seconds:.2f} samples_per_second={samples_per_second:.1f}")
-
-
-def parse_args(description: str, argv: list[str] | None = None,
-               add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
-    """The hyperparameters every trainer accepts (SageMaker passes them as ``--name value``), and
-    those ``add_arguments`` adds for one trainer alone (another trainer refuses them as unknown).
-
-    ``learning-rate`` is per worker: the optimizer uses ``learning_rate * world_size`` with the
-    global batch ``batch_size * world_size`` (linear scaling, Goyal et al. 2017, as Horovod's
-    examples do).
-    """
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--batch-size", type=int, default=32, help="samples per rank per step")
-    parser.add_argument("--learning-rate", type=float, default=0.01, help="per-rank rate; scaled by world size")
-    parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--train-channel", default="training")
-    parser.add_argument("--validation-channel", default="validation")
-    parser.add_argument("--model-dir", default=contract.model_dir())
-    parser.add_argument("--checkpoint-dir", default=contract.checkpoint_dir())
-    parser.add_argument("--checkpoint-every", default="1",
-                        help="scheduled checkpoints: every N epochs ('1', '2epochs') or optimizer steps "
-                             "('500steps'), or 0 for none; one is also written when the job is stopped "
-                             "(SIGTERM) and at the end (dtc_train.stop.Schedule)")
-    parser.add_argument("--model_dir", dest="estimator_model_dir", metavar="URI",
-                        help="accepted because SageMaker's TensorFlow estimator always passes it (an s3:// "
-                             "URI by default); the model is saved to --model-dir, which SageMaker uploads")
-    parser.add_argument("--data-device", choices=("auto", "cpu", "gpu"), default="auto",
-                        help="where DALI decodes: gpu when one is visible (auto), or forced")
-    parser.add_argument("--dali-threads", type=int, default=2)
-    parser.add_argument("--corrupt-images", choices=channel.CORRUPT_IMAGES_CHOICES, default="fail",
-                        help="image files Pillow cannot read: fail naming them (default), skip them "
-                             "(named once in the log), or off (no check); dtc_train.channel")
-    parser.add_argument("--tensorboard-dir", default=os.path.join(contract.output_dir(), "tensorboard"),
-                        help="TensorBoard event files (SageMaker's TensorBoardOutputConfig LocalPath default); "
-                             "see dtc_train.observe")
-    parser.add_argument("--report-dir", default=os.path.join(contract.output_data_dir(), "report"),
-                        help="end-of-training plots and summary (uploaded in output.tar.gz)")
-    parser.add_argument("--progress-seconds", type=float, default=30.0,
-                        help="at most one progress line per this many seconds within an epoch; 0: none")
-    parser.add_argument("--system-metrics-seconds", type=float, default=10.0,
-                        help="seconds between samples of the host's CPU, memory, network and GPUs, written "
-                             "to TensorBoard and the report by the reporting rank; 0: none "
-                             "(dtc_train.system_metrics)")
-    if add_arguments:
-        add_arguments(parser)
-    args = parser.parse_args(argv)
-    for name in ("epochs", "batch_size", "dali_threads"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.learning_rate <= 0:
-        parser.error("--learning-rate must be positive")
-    try:   # parsed once: the trainers read args.checkpoint_every as a stop.Schedule
-        args.checkpoint_every = stop.Schedule.parse(args.checkpoint_every)
-    except ValueError as error:
-        parser.error(str(error))
-    if args.progress_seconds < 0:
-        parser.error("--progress-seconds must be 0 (no progress lines) or more")
-    if args.system_metrics_seconds < 0:
-        parser.error("--system-metrics-seconds must be 0 (no system metrics) or more")
-    return args
 
 
 def emit(line: str) -> None:

@@ -61,7 +61,7 @@ class Observer:
 
     Args:
         args: the parsed hyperparameters (``epochs``, ``tensorboard_dir``, ``report_dir``,
-            ``progress_seconds``, ``system_metrics_seconds``; common.parse_args).
+            ``progress_seconds``, ``system_metrics_seconds``; a ``dtc_train.config.TrainerConfig``).
         rank: this process's global rank; rank 0 (the chief) writes. A fault that ``DTC_FAULT``
             asks of this rank (dtc_train.fault) strikes after its step.
         world_size: processes training together (for the summary).

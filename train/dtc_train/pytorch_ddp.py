@@ -23,9 +23,7 @@ on every rank), so ``model.pth`` loads into the plain model (``torch_model.load`
 normalization's running statistics, which FSDP2 leaves per rank, are averaged over the ranks at
 the end of each epoch; DDP broadcasts rank 0's at every forward.
 
-Hyperparameters: see ``dtc_train.common.parse_args``, those of both PyTorch trainers
-(``torch_common.add_arguments``: precision, model and input, learning-rate schedule, label
-smoothing, gradient accumulation, early stopping, non-finite loss, profiler), and ``--data-parallel`` (above).
+Hyperparameters: ``dtc_train.config`` (backend ``pytorch_ddp``), ``data-parallel`` among them.
 """
 
 import datetime
@@ -36,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from . import common, contract, dali_data, stop, torch_common
+from . import common, config, contract, dali_data, stop, torch_common
 
 
 def _collectives(device: torch.device) -> torch_common.Collectives:
@@ -59,13 +57,6 @@ def _collectives(device: torch.device) -> torch_common.Collectives:
         return gathered
 
     return torch_common.Collectives(allreduce_sum, broadcast_object, allgather_object, dist.get_world_size())
-
-
-def _add_arguments(parser) -> None:
-    torch_common.add_arguments(parser)
-    parser.add_argument("--data-parallel", choices=("ddp", "fsdp"), default="ddp",
-                        help="ddp: every rank holds the whole model (DistributedDataParallel); fsdp: the model, "
-                             "its gradients and optimizer state are sharded over the ranks (FSDP2 fully_shard)")
 
 
 def fully_shard_model(module: torch.nn.Module, device: torch.device, size: int) -> torch.nn.Module:
@@ -134,7 +125,7 @@ def _init_process_group(device: torch.device) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(__doc__.split("\n\n")[0], argv, _add_arguments)
+    args = config.parse(config.PYTORCH_DDP, argv, __doc__.split("\n\n")[0])
     choice = torch_common.model_choice(args)
     if args.data_parallel == "fsdp" and args.precision == "fp16":
         # GradScaler decides on each rank's own gradient shards whether to skip a step

@@ -11,9 +11,8 @@ atomic checkpoints on the
 it had reached: ``torch_common``), and saves ``model.pth`` (the state dict) with ``model.json``
 to the model directory. Stopped (SIGTERM), every rank exits 143 after the checkpoint.
 
-Hyperparameters: see ``dtc_train.common.parse_args``, those of both PyTorch trainers
-(``torch_common.add_arguments``: precision, model and input, learning-rate schedule, label
-smoothing, gradient accumulation, early stopping, non-finite loss, profiler), and ``--allreduce-compression`` (above).
+Hyperparameters: ``dtc_train.config`` (backend ``pytorch_horovod``), ``allreduce-compression``
+among them.
 """
 
 import sys
@@ -22,7 +21,7 @@ import horovod
 import horovod.torch as hvd
 import torch
 
-from . import common, contract, dali_data, stop, torch_common
+from . import common, config, contract, dali_data, stop, torch_common
 
 
 def _collectives() -> torch_common.Collectives:
@@ -34,15 +33,9 @@ def _collectives() -> torch_common.Collectives:
         allgather_object=lambda obj: hvd.allgather_object(obj, name="data_positions"), world_size=hvd.size())
 
 
-# --allreduce-compression: how gradients travel in the allreduce (Horovod's Compression)
+# allreduce-compression (dtc_train.config.COMPRESSIONS): how gradients travel in the allreduce
+# (Horovod's Compression); fp16: cast to float16 for the allreduce and back
 COMPRESSIONS = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
-
-
-def _add_arguments(parser) -> None:
-    torch_common.add_arguments(parser)
-    parser.add_argument("--allreduce-compression", choices=tuple(COMPRESSIONS), default="none",
-                        help="fp16: gradients are cast to float16 for the allreduce and back (half the bytes on the "
-                             "wire; the averaged gradients are float16-rounded), Horovod's Compression.fp16")
 
 
 def distributed_optimizer(model: torch.nn.Module, learning_rate: float, momentum: float,
@@ -57,7 +50,7 @@ def distributed_optimizer(model: torch.nn.Module, learning_rate: float, momentum
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(__doc__.split("\n\n")[0], argv, _add_arguments)
+    args = config.parse(config.PYTORCH_HOROVOD, argv, __doc__.split("\n\n")[0])
     choice = torch_common.model_choice(args)
     stop_request = stop.StopRequest()
     hvd.init()

@@ -10,13 +10,15 @@ make every user re-write ``fit``; legacy Keras keeps their code working.
 Each rank reads its shard of the training channel through ``DALIDataset``; rank 0's initial
 weights are broadcast; validation accuracy is summed exactly over the validation shards. Rank 0
 logs one metric line per epoch, writes the checkpoint (``tf_checkpoint``: weights, optimizer
-state and position in one file, on the ``checkpoint-every`` schedule and when the job is
-stopped; a restarted job resumes at its step reading what an uninterrupted run would: a DALI
-pipeline per epoch seeded by the epoch, the steps done skipped), and saves the
+state, position, the epoch's sums and the early-stopping state in one file, on the
+``checkpoint-every`` schedule and when the job is stopped; a restarted job resumes at its step
+reading what an uninterrupted run would: a DALI pipeline per epoch seeded by the epoch, the
+steps done skipped), and saves the
 model as a SavedModel under ``<model_dir>/1`` (the TensorFlow Serving layout SageMaker's TF
 serving reads).
 
-Hyperparameters: see ``dtc_train.common.parse_args``.
+Hyperparameters: ``dtc_train.config`` (backend ``tensorflow_horovod``). The loop's rules (stop,
+checkpoint, learning-rate schedule, early stopping, non-finite loss) are ``dtc_train.loop``'s.
 """
 
 import sys
@@ -32,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from . import common, contract, dali_data, observe, stop, tf_checkpoint, tf_model
+from . import common, config, contract, dali_data, loop, observe, stop, tf_checkpoint, tf_model
 from .tf_model import IMAGE_SHAPE, build_model
 # isort: on
 
@@ -59,45 +61,48 @@ def _dataset(pipe, batch_size: int, device_id: int | None):
                            output_dtypes=(tf.float32, tf.int32))
 
 
-class EpochReport(keras.callbacks.Callback):
-    """Exact validation over all shards and the metric line, after each epoch."""
+class HorovodBackend(tf_checkpoint.KerasSteps):
+    """The loop's backend (``loop.Backend``) for tf-keras under Horovod: Keras steps through
+    Horovod's ``DistributedOptimizer``, Horovod's allreduce for the sums, exact validation over
+    every rank's DALI shard, and rank 0 writing the checkpoint."""
 
-    def __init__(self, val_batches, shard: dali_data.Shard, observer: observe.Observer,
-                 stopper: tf_checkpoint.StopAndCheckpoint):
-        super().__init__()
-        self.val_batches, self.shard, self.observer, self.stopper = val_batches, shard, observer, stopper
-        self.last = {}
+    def __init__(self, args, model: keras.Model, epoch_input, data: dali_data.RankData, val_batches):
+        super().__init__(model, epoch_input, args.batch_size)
+        self.args, self.data, self.val_batches = args, data, val_batches
+        self.rank, self.world_size = hvd.rank(), hvd.size()
+        self.rate_scale, self.steps_per_epoch = self.world_size, data.steps_per_epoch
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self.observer.begin_epoch(epoch + 1, self.stopper.first_step)
+    def total(self, sums: np.ndarray, name: str) -> np.ndarray:
+        return hvd.allreduce(tf.constant(sums, tf.float64), op=hvd.Sum, name=name).numpy()
 
-    def on_train_batch_end(self, batch, logs=None):
-        self.observer.step_done()
+    def sum_scalar(self, value: float, name: str) -> float:
+        return float(self.total(np.array([value]), name)[0])
+
+    def end_training_steps(self) -> None:
+        pass
 
     def evaluate(self) -> tuple[float, float, int]:
         sums = np.zeros(3, dtype=np.float64)
-        for index in range(self.shard.batches):
+        for index in range(self.data.val_shard.batches):
             images, labels = next(self.val_batches)
-            real = self.shard.real_samples(index)
+            real = self.data.val_shard.real_samples(index)
             logits = self.model(images[:real], training=False)
             loss_sum, correct = tf_model.sparse_metrics(logits, tf.reshape(labels[:real], [-1]))
             sums += [loss_sum, correct, real]
-        loss_sum, correct, count = hvd.allreduce(tf.constant(sums), op=hvd.Sum, name="validation_sums").numpy()
+        loss_sum, correct, count = self.total(sums, "validation_sums")
         return loss_sum / count, correct / count, int(count)
 
-    def on_epoch_end(self, epoch, logs=None):
-        self.observer.end_training_steps()
-        val_loss, val_accuracy, val_count = self.evaluate()
-        self.last = {"val_accuracy": val_accuracy}
-        self.observer.end_epoch(epoch + 1, train_loss=logs["loss"], train_accuracy=logs["accuracy"], val_loss=val_loss,
-                                val_accuracy=val_accuracy, val_samples=val_count)
+    def save(self, epoch: int, step: int, train_sums: np.ndarray | None, plateau_state: dict) -> None:
+        if self.rank == 0:
+            tf_checkpoint.save(self.args.checkpoint_dir, self.model, self.model.optimizer, epoch, step, train_sums,
+                               plateau_state)
 
 
 EPOCH_SEED_STRIDE = 1_000_003   # DALI seed offset per epoch (seeds stay distinct across ranks and epochs)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    args = config.parse(config.TENSORFLOW_HOROVOD, argv, __doc__.split("\n\n")[0])
     stop_request = stop.StopRequest()
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -128,36 +133,26 @@ def main(argv: list[str] | None = None) -> int:
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
     observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, "horovod")
-    stopper = tf_checkpoint.StopAndCheckpoint(
-        args, stop_request, lambda value: float(hvd.allreduce(tf.constant(value, tf.float64), op=hvd.Sum,
-                                                              name="stop_requested")),
-        rank == 0, data.steps_per_epoch)
-    report = EpochReport(iter(_dataset(val_pipe, args.batch_size, device_id)), data.val_shard, observer, stopper)
+    backend = HorovodBackend(args, model, lambda epoch, first_step: iter(epoch_input(epoch, first_step)), data,
+                             iter(_dataset(val_pipe, args.batch_size, device_id)))
     # every rank creates the optimizer's variables now, in the same order, so that the broadcast
     # below pairs rank 0's restored ones with the others' (created lazily they are named apart)
     model.optimizer.build(model.trainable_variables)
-    position = (tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, model.optimizer)[:2] if rank == 0
-                else (0, 0))
+    resume = tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, model.optimizer) if rank == 0 else None
     # rank 0's weights and optimizer state on every rank before the first step (Horovod's
     # broadcast callback does it only after the first batch, whose averaged gradient would then
     # mix in gradients taken at the other ranks' fresh weights)
     hvd_tf.broadcast_variables(model.variables + tf_checkpoint.optimizer_variables(model.optimizer), root_rank=0)
-    epoch, step = (int(v) for v in hvd.allreduce(tf.constant(position, tf.int64), op=hvd.Sum,
-                                                  name="checkpoint_position"))   # rank 0's
-    if epoch >= args.epochs:
-        common.log.info("the checkpoint has done all %d epochs: nothing left to train", args.epochs)
+    resume = hvd_tf.broadcast_object(resume, root_rank=0, name="checkpoint_position")
     try:
-        tf_checkpoint.fit_from(model, epoch_input, epoch=epoch, step=step, epochs=args.epochs,
-                               steps_per_epoch=data.steps_per_epoch, stopper=stopper,
-                               callbacks=[hvd.callbacks.MetricAverageCallback(), report, stopper])
+        val_accuracy = loop.fit(loop.Rules.of(args), backend, observer, stop_request, resume)
     except stop.Stopped as stopped:
         observer.close()
         return stopped.exit_code
 
-    digest = common.weights_digest(model.get_weights())
-    common.emit(f"rank={rank} world_size={size} final_weights_sha256={digest}")
+    loop.emit_digest(rank, size, model.get_weights())
     if rank == 0:
-        tf_model.save(model, args.model_dir, val_accuracy=report.last.get("val_accuracy"), epochs=args.epochs,
+        tf_model.save(model, args.model_dir, val_accuracy=val_accuracy, epochs=args.epochs,
                       world_size=size, strategy="horovod")
     observer.close()
     hvd.allreduce(tf.constant(0.0), name="finished")   # every rank leaves after rank 0 has saved

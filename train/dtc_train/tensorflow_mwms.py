@@ -26,11 +26,11 @@ saving. A restarted job resumes at the checkpoint's step with the same global ba
 uninterrupted job would have read (each epoch shuffled by the seed and the epoch, the steps
 done skipped).
 
-Hyperparameters: see ``dtc_train.common.parse_args`` (``--batch-size`` is per replica), and
-``--cpu-replicas`` (above).
+Hyperparameters: ``dtc_train.config`` (backend ``tensorflow_mwms``; ``batch-size`` is per
+replica), ``cpu-replicas`` (above) among them. The loop's rules (stop, checkpoint, learning-rate
+schedule, early stopping, non-finite loss) are ``dtc_train.loop``'s.
 """
 
-import argparse
 import base64
 import itertools
 import json
@@ -51,50 +51,54 @@ from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
 from tensorflow.python.distribute import multi_worker_util
 from tensorflow.python.eager import context
 
-from . import common, contract, dali_data, image_folder, observe, stop, tf_checkpoint, tf_model
+from . import common, config, contract, dali_data, image_folder, loop, observe, stop, tf_checkpoint, tf_model
 # isort: on
 
 
-class EpochReport(keras.callbacks.Callback):
-    """Validation over the whole channel and the metric line, per epoch. ``sum_over_workers``:
-    for a validation channel each worker holds a part of (``_worker_totals``), else ``None``."""
+class MirroredBackend(tf_checkpoint.KerasSteps):
+    """The loop's backend (``loop.Backend``) for tf-keras under a mirrored strategy: Keras steps
+    whose gradients the strategy all-reduces and whose metrics are global already (Keras reads
+    its metric variables across every replica of every worker), the strategy's all-reduce for
+    the stop agreement, validation of the whole channel by every worker (or of each host's part,
+    summed over the workers), and the chief writing the checkpoint.
 
-    def __init__(self, validation: tuple[np.ndarray, np.ndarray], observer: observe.Observer,
-                 stopper: tf_checkpoint.StopAndCheckpoint,
-                 sum_over_workers: Callable[[list[float]], np.ndarray] | None = None):
-        super().__init__()
-        self.validation, self.observer, self.stopper = validation, observer, stopper
-        self.sum_over_workers = sum_over_workers
-        self.val_accuracy = 0.0
+    Args:
+        validation: (images, labels) of this worker's validation channel.
+        sum_over_workers: sums a list of floats over the workers, each counted once, for a
+            validation channel each host holds a part of (``_worker_totals``); ``None``: every
+            worker holds it all.
+    """
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self.observer.begin_epoch(epoch + 1, self.stopper.first_step)
+    def __init__(self, args, model: keras.Model, strategy: tf.distribute.Strategy, epoch_input, task_id: int,
+                 workers: int, steps_per_epoch: int, validation: tuple[np.ndarray, np.ndarray],
+                 sum_over_workers: Callable[[list[float]], np.ndarray] | None):
+        super().__init__(model, epoch_input, args.batch_size * strategy.num_replicas_in_sync)
+        self.args, self.strategy, self.validation, self.sum_over_workers = args, strategy, validation, sum_over_workers
+        self.rank, self.world_size, self.steps_per_epoch = task_id, workers, steps_per_epoch
+        self.rate_scale = strategy.num_replicas_in_sync
 
-    def on_train_batch_end(self, batch, logs=None):
-        self.observer.step_done()
+    def total(self, sums: np.ndarray, name: str) -> np.ndarray:
+        return sums   # the metrics the steps' sums come from are every replica's already
 
-    def on_epoch_end(self, epoch, logs=None):
-        self.observer.end_training_steps()
+    def sum_scalar(self, value: float, name: str) -> float:
+        per_replica = self.strategy.run(lambda: tf.constant(value, tf.float32))
+        return float(self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
+
+    def end_training_steps(self) -> None:
+        pass
+
+    def evaluate(self) -> tuple[float, float, int]:
         images, labels = self.validation
         loss_sum, correct = tf_model.sparse_metrics(self.model(images, training=False), labels)
         count = len(labels)
         if self.sum_over_workers is not None:
             loss_sum, correct, count = self.sum_over_workers([loss_sum, correct, count])
-        self.val_accuracy = float(correct / count)
-        self.observer.end_epoch(epoch + 1, train_loss=logs["loss"], train_accuracy=logs["accuracy"],
-                                val_loss=float(loss_sum / count), val_accuracy=self.val_accuracy,
-                                val_samples=int(round(count)))
+        return float(loss_sum / count), float(correct / count), int(round(count))
 
-
-def _sum_over_workers(strategy: tf.distribute.Strategy) -> Callable[[float], float]:
-    """An all-reduce of one float over the workers (the strategy's collectives, run eagerly;
-    a worker with several replicas counts it once per replica, which keeps zero zero)."""
-
-    def sum_over_workers(value: float) -> float:
-        per_replica = strategy.run(lambda: tf.constant(value, tf.float32))
-        return float(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
-
-    return sum_over_workers
+    def save(self, epoch: int, step: int, train_sums: np.ndarray | None, plateau_state: dict) -> None:
+        if self.rank == 0:
+            tf_checkpoint.save(self.args.checkpoint_dir, self.model, self.model.optimizer, epoch, step, train_sums,
+                               plateau_state)
 
 
 def _sum_of_contributions(strategy: tf.distribute.Strategy, value, contributes: Callable) -> np.ndarray:
@@ -137,30 +141,19 @@ def _allgather_object(task_id: int, workers: int) -> Callable[[object], list]:
     return allgather
 
 
-def _restore_on_every_worker(strategy, args, model, is_chief: bool) -> tuple[int, int]:
+def _restore_on_every_worker(strategy, args, model, is_chief: bool, workers: int,
+                              allgather: Callable[[object], list]) -> loop.Resume:
     """Reads the chief's checkpoint (its host's checkpoint directory) and hands its position,
-    weights and optimizer state to every worker, whose own directory may hold none or an older
-    one. Returns (epochs done, steps of the next epoch done)."""
-    position = (tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, model.optimizer)[:2]
-                if is_chief else (0, 0))
-    epoch, step = (int(v) for v in _from_chief(strategy, position))
-    if epoch or step:
+    sums, early-stopping state, weights and optimizer state to every worker, whose own directory
+    may hold none or an older one."""
+    resume = tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, model.optimizer) if is_chief else None
+    if workers > 1:   # one worker (MirroredStrategy) has no coordination service to gather through
+        resume = allgather(resume)[0]
+    if resume.epoch or resume.step:
         variables = model.weights + tf_checkpoint.optimizer_variables(model.optimizer)
         for variable in variables:
             variable.assign(_from_chief(strategy, variable.numpy()).astype(variable.dtype.as_numpy_dtype))
-    return epoch, step
-
-
-def _replicas(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"use a whole number of at least 1, got {text!r}")
-    return int(text)
-
-
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cpu-replicas", type=_replicas, default=1,
-                        help="one host without GPUs and no distribution: mirror over this many logical CPU "
-                             "devices (to exercise MirroredStrategy without GPUs)")
+    return resume
 
 
 # How long TensorFlow's coordination service waits for a task's heartbeat before it fails the job
@@ -211,7 +204,7 @@ def choose_strategy(cpu_replicas: int) -> tuple[tf.distribute.Strategy, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(__doc__.split("\n\n")[0], argv, _add_arguments)
+    args = config.parse(config.TENSORFLOW_MIRRORED, argv, __doc__.split("\n\n")[0])
     stop_request = stop.StopRequest()
     strategy, name = choose_strategy(args.cpu_replicas)
     stop_request.install()   # back from TensorFlow's own SIGTERM handler (StopRequest.install)
@@ -226,8 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     global_batch = args.batch_size * replicas
     # a worker is a host: its replicas read batch-size each per step (rank_data's batch)
     place = dali_data.Place(task_id, workers, 0, 1, contract.current_host())
+    allgather = _allgather_object(task_id, workers)
     data = dali_data.rank_data(args.train_channel, args.validation_channel, args.batch_size * local_replicas,
-                               place, _allgather_object(task_id, workers), args.corrupt_images)
+                               place, allgather, args.corrupt_images)
     train_images, train_labels = image_folder.read(data.train.listing)
     validation = image_folder.read(data.val.listing)
     steps = data.steps_per_epoch
@@ -245,10 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         shuffled = (tf.data.Dataset.from_tensor_slices((train_images, train_labels))
                     .shuffle(len(train_labels), seed=args.seed + epoch).repeat())
         if not data.train.host_sharded:
-            return shuffled.batch(global_batch, drop_remainder=True).skip(first_step).with_options(options)
+            return iter(strategy.experimental_distribute_dataset(
+                shuffled.batch(global_batch, drop_remainder=True).skip(first_step).with_options(options)))
         # this worker's part only, its replicas taking successive batches (no sharding by the strategy)
-        return strategy.distribute_datasets_from_function(
-            lambda _context: shuffled.batch(args.batch_size, drop_remainder=True).skip(first_step * local_replicas))
+        return iter(strategy.distribute_datasets_from_function(
+            lambda _context: shuffled.batch(args.batch_size, drop_remainder=True).skip(first_step * local_replicas)))
 
     with strategy.scope():
         model = tf_model.build_model()
@@ -256,21 +251,19 @@ def main(argv: list[str] | None = None) -> int:
                                                      momentum=args.momentum),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
         model.optimizer.build(model.trainable_variables)
-    epoch, step = _restore_on_every_worker(strategy, args, model, is_chief)
+    resume = _restore_on_every_worker(strategy, args, model, is_chief, workers, allgather)
     observer = observe.Observer(args, task_id, workers, steps, global_batch, name)
-    stopper = tf_checkpoint.StopAndCheckpoint(args, stop_request, _sum_over_workers(strategy), is_chief, steps)
-    report = EpochReport(validation, observer, stopper, _worker_totals(strategy) if data.val.host_sharded else None)
+    backend = MirroredBackend(args, model, strategy, epoch_input, task_id, workers, steps, validation,
+                              _worker_totals(strategy) if data.val.host_sharded else None)
     try:
-        tf_checkpoint.fit_from(model, epoch_input, epoch=epoch, step=step, epochs=args.epochs, steps_per_epoch=steps,
-                               callbacks=[report, stopper], stopper=stopper)
+        val_accuracy = loop.fit(loop.Rules.of(args), backend, observer, stop_request, resume)
     except stop.Stopped as stopped:
         observer.close()
         return stopped.exit_code
 
-    digest = common.weights_digest(model.get_weights())
-    common.emit(f"rank={task_id} world_size={workers} final_weights_sha256={digest}")
+    loop.emit_digest(task_id, workers, model.get_weights())
     model_dir = args.model_dir if is_chief else tempfile.mkdtemp(prefix="dtc-mwms-worker-")
-    tf_model.save(model, model_dir, val_accuracy=report.val_accuracy, epochs=args.epochs, world_size=workers,
+    tf_model.save(model, model_dir, val_accuracy=val_accuracy, epochs=args.epochs, world_size=workers,
                   strategy=f"{name}_strategy")
     observer.close()
     return 0

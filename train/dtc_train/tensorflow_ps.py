@@ -16,10 +16,12 @@ restarted job schedules the rest of that epoch on the batches the uninterrupted 
 used (one seeded stream over all epochs, the done batches skipped); with one worker, which runs
 the scheduled steps in order, it ends with the same weights. Only the chief writes files.
 
-Hyperparameters: see ``dtc_train.common.parse_args``. The learning rate is not scaled: each
-worker applies its own updates.
+Hyperparameters: ``dtc_train.config`` (backend ``tensorflow_ps``). The learning rate is not
+scaled: each worker applies its own updates. The loop's rules (stop, checkpoint, learning-rate
+schedule, early stopping) are ``dtc_train.loop``'s; a stop waits for the steps scheduled so far.
 """
 
+import dataclasses
 import math
 import sys
 
@@ -27,15 +29,71 @@ import sys
 # isort: off
 from . import tf_env  # noqa: F401
 
+import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from . import common, contract, image_folder, observe, stop, tf_checkpoint, tf_model
+from . import common, config, contract, image_folder, loop, observe, stop, tf_checkpoint, tf_model
 # isort: on
 
 
+class ParameterServerBackend:
+    """The loop's backend (``loop.Backend``) for the parameter-server chief: a step is scheduled
+    on whichever worker is free (``ClusterCoordinator.schedule``, asynchronous), its sums kept in
+    variables on the parameter servers, read once the scheduled steps are done
+    (``coordinator.join``); validation and the checkpoint on the chief. One process drives the
+    job, so a sum over the ranks is the value itself.
+
+    Args:
+        train_step: the ``tf.function`` a worker runs, given ``iterator``.
+        sums: the variables of ``loop.SUMS`` the workers add their steps to.
+        local: the chief's copy of the model for validation and saving.
+    """
+
+    rank, rate_scale = 0, 1   # each worker applies its own updates: the rate is not scaled
+
+    def __init__(self, args, coordinator, model, optimizer, train_step, iterator, sums: tuple, local,
+                 validation: tuple, workers: int, steps_per_epoch: int):
+        self.args, self.coordinator, self.model, self.optimizer = args, coordinator, model, optimizer
+        self.step_function, self.iterator, self.sums, self.local = train_step, iterator, sums, local
+        self.validation, self.world_size, self.steps_per_epoch = validation, workers, steps_per_epoch
+
+    def begin_epoch(self, epoch: int, first_step: int) -> None:
+        self.coordinator.join()
+        for variable in self.sums:
+            variable.assign(0.0)
+
+    def set_learning_rate(self, rate: float) -> None:
+        self.optimizer.learning_rate.assign(rate)
+
+    def train_step(self, global_step: int) -> np.ndarray:
+        self.coordinator.schedule(self.step_function, args=(self.iterator,))
+        return np.zeros(len(loop.SUMS))   # counted in self.sums when the step has run
+
+    def total(self, sums: np.ndarray, name: str) -> np.ndarray:
+        self.coordinator.join()   # every step scheduled so far is done
+        return sums + np.array([float(variable.numpy()) for variable in self.sums])
+
+    def sum_scalar(self, value: float, name: str) -> float:
+        return value
+
+    def end_training_steps(self) -> None:
+        self.coordinator.join()
+
+    def evaluate(self) -> tuple[float, float, int]:
+        self.local.set_weights(self.model.get_weights())
+        images, labels = self.validation
+        loss_sum, correct = tf_model.sparse_metrics(self.local(images, training=False), labels)
+        return loss_sum / len(labels), correct / len(labels), len(labels)
+
+    def save(self, epoch: int, step: int, train_sums: np.ndarray | None, plateau_state: dict) -> None:
+        self.coordinator.join()
+        tf_checkpoint.save(self.args.checkpoint_dir, self.model, self.optimizer, epoch, step, train_sums,
+                           plateau_state)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(__doc__.split("\n\n")[0], argv)
+    args = config.parse(config.TENSORFLOW_PS, argv, __doc__.split("\n\n")[0])
     stop_request = stop.StopRequest()
     common.configure_logging(0)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -70,11 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     with strategy.scope():
         model = tf_model.build_model()
         optimizer = keras.optimizers.SGD(learning_rate=args.learning_rate, momentum=args.momentum)
-        loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=tf.VariableAggregation.SUM)
-        correct = tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=tf.VariableAggregation.SUM)
-        seen = tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=tf.VariableAggregation.SUM)
+        sums = tuple(tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=tf.VariableAggregation.SUM)
+                     for _ in loop.SUMS)
         optimizer.build(model.trainable_variables)   # its variables exist before a checkpoint is restored
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
+    loss_sum, correct, seen = sums
 
     @tf.function
     def train_step(iterator):
@@ -93,60 +151,21 @@ def main(argv: list[str] | None = None) -> int:
         images, labels = next(iterator)
         strategy.run(replica_fn, args=(images, labels))
 
+    resume = tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, optimizer)
+    iterator = iter(coordinator.create_per_worker_dataset(lambda: dataset_fn(resume.epoch * steps + resume.step)))
     local = tf_model.build_model()   # the chief's copy for validation and saving
-    sums = (loss_sum, correct, seen)
-    epoch, step, extra = tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, optimizer)
-    iterator = iter(coordinator.create_per_worker_dataset(lambda: dataset_fn(epoch * steps + step)))
-    if step >= steps:   # stopped after an epoch's last step, before its validation
-        epoch, step = epoch + 1, 0
-    if step:
-        for variable, value in zip(sums, extra.get("train_sums", (0.0, 0.0, 0.0)), strict=True):
-            variable.assign(float(value))
-
-    def save(epochs_done: int, steps_done: int) -> None:
-        tf_checkpoint.save_checkpoint(args.checkpoint_dir, model, optimizer, epochs_done, steps_done,
-                                      train_sums=[float(v.numpy()) for v in sums])
-
-    # Steps are scheduled asynchronously on the workers: no progress lines within an epoch.
-    observer = observe.Observer(args, 0, workers, steps, args.batch_size, "parameter_server")
-    val_accuracy = 0.0
-    stop_request.training_begins()
+    backend = ParameterServerBackend(args, coordinator, model, optimizer, train_step, iterator, sums, local,
+                                     (val_images, val_labels), workers, steps)
+    # steps are scheduled asynchronously on the workers: no progress lines within an epoch
+    observer = observe.Observer(dataclasses.replace(args, progress_seconds=0), 0, workers, steps, args.batch_size,
+                                "parameter_server")
     try:
-        for epoch_number in range(epoch + 1, args.epochs + 1):
-            first_step = step if epoch_number == epoch + 1 else 0
-            observer.begin_epoch(epoch_number, first_step)
-            if not first_step:
-                for variable in sums:
-                    variable.assign(0.0)
-            for step_number in range(first_step + 1, steps + 1):
-                coordinator.schedule(train_step, args=(iterator,))
-                due = args.checkpoint_every.due_after_step((epoch_number - 1) * steps + step_number)
-                if stop_request.signum or due:
-                    coordinator.join()   # every step scheduled so far is done
-                    save(epoch_number - 1, step_number)
-                if stop_request.signum:
-                    raise stop.Stopped.after_checkpoint(stop_request.signum, epoch_number, step_number,
-                                                        args.checkpoint_dir, announce=True)
-            coordinator.join()
-            observer.end_training_steps()
-            local.set_weights(model.get_weights())
-            val_loss_sum, val_correct = tf_model.sparse_metrics(local(val_images, training=False), val_labels)
-            val_accuracy = val_correct / len(val_labels)
-            count = float(seen.numpy())
-            observer.end_epoch(epoch_number, train_loss=float(loss_sum.numpy()) / count,
-                               train_accuracy=float(correct.numpy()) / count, val_loss=val_loss_sum / len(val_labels),
-                               val_accuracy=val_accuracy, val_samples=len(val_labels))
-            if args.checkpoint_every.due_after_epoch(epoch_number) or epoch_number == args.epochs:
-                save(epoch_number, 0)
+        val_accuracy = loop.fit(loop.Rules.of(args), backend, observer, stop_request, resume)
     except stop.Stopped as stopped:
         observer.close()
         return stopped.exit_code
-    if epoch >= args.epochs:
-        common.log.info("the checkpoint has done all %d epochs: nothing left to train", args.epochs)
-        local.set_weights(model.get_weights())
-        val_accuracy = tf_model.sparse_metrics(local(val_images, training=False), val_labels)[1] / len(val_labels)
 
-    common.emit(f"rank=0 world_size={workers} final_weights_sha256={common.weights_digest(local.get_weights())}")
+    loop.emit_digest(0, workers, local.get_weights())
     tf_model.save(local, args.model_dir, val_accuracy=val_accuracy, epochs=args.epochs, world_size=workers,
                   strategy="parameter_server")
     observer.close()

@@ -1,23 +1,24 @@
-"""The TensorFlow trainers' checkpoint, and the Keras callback that writes it on a schedule and
-when the job is stopped.
+"""What the TensorFlow backends of the training loop (``dtc_train.loop``) share: the checkpoint,
+and a tf-keras model's optimizer steps (``KerasSteps``).
 
 One file, ``<checkpoint-dir>/checkpoint.npz``, written atomically (``common.atomic_write``:
 staged outside the directory, fsync, rename): the position (epochs done, steps of the next
-epoch done), the model's weights, the optimizer's variables (iteration count, momentum) and any
-extra arrays a trainer keeps (the parameter-server chief's epoch sums). Only the chief writes;
-a restarted job reads it and goes on from that step, so a checkpoint is only ever replaced by a
-later one. Nothing in it names a host.
+epoch done), the model's weights, the optimizer's variables (iteration count, momentum), the
+epoch's training sums so far and the early-stopping state (``loop.Resume``). Only the chief
+writes; a restarted job reads it and goes on from that step, so a checkpoint is only ever
+replaced by a later one. Nothing in it names a host.
 
 Import after ``TF_USE_LEGACY_KERAS=1`` is set (``dtc_train.tf_env``).
 """
 
+import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import tf_keras as keras
 
-from . import common, stop
+from . import common, loop
 
 CHECKPOINT_NAME = "checkpoint.npz"
 
@@ -44,14 +45,14 @@ def save_checkpoint(checkpoint_dir: str, model: keras.Model, optimizer, epoch: i
     common.atomic_write(os.path.join(checkpoint_dir, CHECKPOINT_NAME), lambda tmp: np.savez(tmp, **arrays))
 
 
-def restore_checkpoint(checkpoint_dir: str, model: keras.Model, optimizer) -> tuple[int, int, dict]:
+def restore_checkpoint(checkpoint_dir: str, model: keras.Model, optimizer) -> loop.Resume:
     """Loads ``save_checkpoint``'s file into ``model`` and ``optimizer`` (whose variables must
-    exist: ``optimizer.build(model.trainable_variables)``). Returns (epochs done, steps of the next
-    epoch done, extra arrays); (0, 0, {}) when there is no readable checkpoint (an unreadable one is
-    named in the log, and training starts over)."""
+    exist: ``optimizer.build(model.trainable_variables)``). Returns where training goes on, with
+    the epoch's training sums and the early-stopping state the file keeps; ``loop.Resume()`` when
+    there is no readable checkpoint (an unreadable one is named in the log, and training starts over)."""
     path = os.path.join(checkpoint_dir, CHECKPOINT_NAME)
     if not os.path.exists(path):
-        return 0, 0, {}
+        return loop.Resume()
     try:
         with np.load(path) as saved:
             arrays = dict(saved)
@@ -62,72 +63,69 @@ def restore_checkpoint(checkpoint_dir: str, model: keras.Model, optimizer) -> tu
     except Exception as error:  # truncated, foreign or from another model: start over
         common.log.warning("ignoring checkpoint %s, which cannot be restored (%s: %s); training starts at epoch 1",
                            path, type(error).__name__, error)
-        return 0, 0, {}
+        return loop.Resume()
     common.log.info("resuming from %s: epoch %d done, %d steps of epoch %d done", path, epoch, step, epoch + 1)
-    return epoch, step, {k[len("extra_"):]: v for k, v in arrays.items() if k.startswith("extra_")}
+    sums = arrays.get("extra_train_sums")
+    plateau = arrays.get("extra_plateau")
+    return loop.Resume(epoch, step, None if sums is None else np.asarray(sums, dtype=np.float64),
+                       None if plateau is None else dict(zip(PLATEAU_KEYS, (float(plateau[0]), int(plateau[1]),
+                                                                            int(plateau[2])), strict=True)))
 
 
-class StopAndCheckpoint(keras.callbacks.Callback):
-    """Writes the checkpoint (the chief only) on the ``checkpoint-every`` schedule and after the
-    last epoch, and after the step in which any worker was asked to stop, then raises
-    ``stop.Stopped`` out of ``fit`` on every worker (they all agree at the same step).
+PLATEAU_KEYS = ("best_loss", "best_epoch", "stopped_after")   # plateau.Plateau.state's, as one array
+
+
+def save(checkpoint_dir: str, model: keras.Model, optimizer, epoch: int, step: int, train_sums: np.ndarray | None,
+         plateau_state: dict) -> None:
+    """``save_checkpoint`` of what ``loop.Backend.save`` is given: the position, the epoch's
+    training sums so far over every rank (``None`` at an epoch's end) and the early-stopping state."""
+    extra = {"plateau": np.array([plateau_state[key] for key in PLATEAU_KEYS], dtype=np.float64)}
+    if train_sums is not None:
+        extra["train_sums"] = np.asarray(train_sums, dtype=np.float64)
+    save_checkpoint(checkpoint_dir, model, optimizer, epoch, step, **extra)
+
+
+class KerasSteps:
+    """The optimizer steps of a compiled tf-keras model, one ``model.train_function`` call each:
+    exactly the step ``model.fit`` takes (under the model's distribution strategy: its replicas'
+    gradients all-reduced; under Horovod: its ``DistributedOptimizer``'s allreduce), so training
+    goes through the loop's rules instead of Keras callbacks. The part of ``loop.Backend`` every
+    TensorFlow backend with a Keras step shares; each adds ``total``, ``sum_scalar``,
+    ``evaluate`` and ``save``.
 
     Args:
-        args: the parsed hyperparameters (``checkpoint_dir``, ``checkpoint_every``, ``epochs``).
-        stop_request: this process's ``stop.StopRequest``.
-        sum_over_workers: sums a float over all workers (an all-reduce; called by every worker
-            at the same steps, ``stop.StopRequest.agreed``).
-        is_chief: whether this worker writes.
-        steps_per_epoch: optimizer steps per epoch.
-        first_step: steps of the first epoch of this ``fit`` done before a restart
-            (``fit_from`` sets it).
+        model: compiled with ``loss`` and the ``accuracy`` metric.
+        epoch_input: ``(epoch, first_step) -> iterator`` of epoch ``epoch``'s (0-based) batches
+            from its step ``first_step`` on, as the train function takes them (a distributed
+            iterator under a strategy).
+        step_samples: the samples one step's ``loss`` and ``accuracy`` average over (per rank
+            under Horovod; every replica's under a mirrored strategy, whose metrics are global).
     """
 
-    def __init__(self, args, stop_request: stop.StopRequest, sum_over_workers: Callable[[float], float],
-                 is_chief: bool, steps_per_epoch: int, first_step: int = 0):
-        super().__init__()
-        self.args, self.stop_request, self.sum_over_workers = args, stop_request, sum_over_workers
-        self.is_chief, self.steps_per_epoch, self.first_step = is_chief, steps_per_epoch, first_step
-        self.epoch = 0
+    def __init__(self, model: keras.Model, epoch_input: Callable[[int, int], Iterator], step_samples: int):
+        self.model, self.epoch_input, self.step_samples = model, epoch_input, step_samples
+        self.train_function = model.make_train_function()
+        self.iterator: Iterator | None = None
+        self.steps, self.done = 0, np.zeros(len(loop.SUMS))
 
-    def save(self, epoch: int, step: int) -> None:
-        if self.is_chief:
-            save_checkpoint(self.args.checkpoint_dir, self.model, self.model.optimizer, epoch, step)
+    def begin_epoch(self, epoch: int, first_step: int) -> None:
+        self.model.reset_metrics()   # as fit does per epoch: the metrics' means start over
+        self.iterator = self.epoch_input(epoch - 1, first_step)
+        self.steps, self.done = 0, np.zeros(len(loop.SUMS))
 
-    def on_train_begin(self, logs=None):
-        self.stop_request.training_begins()
+    def set_learning_rate(self, rate: float) -> None:
+        self.model.optimizer.learning_rate.assign(rate)
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = self.first_step + batch + 1
-        global_step = self.epoch * self.steps_per_epoch + step
-        signum = self.stop_request.agreed(global_step, self.sum_over_workers)
-        if signum or self.args.checkpoint_every.due_after_step(global_step):
-            self.save(self.epoch, step)
-        if signum:
-            raise stop.Stopped.after_checkpoint(signum, self.epoch + 1, step, self.args.checkpoint_dir,
-                                                announce=self.is_chief)
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.first_step = 0
-        if self.args.checkpoint_every.due_after_epoch(epoch + 1) or epoch + 1 == self.args.epochs:
-            self.save(epoch + 1, 0)
+    def train_step(self, global_step: int) -> np.ndarray:
+        """One step; its ``loop.SUMS`` from the change in the metrics' running means (Keras'
+        loss tracker weighs each batch by its samples; the correct count is a whole number)."""
+        logs = self.train_function(self.iterator)
+        self.steps += 1
+        samples = self.steps * self.step_samples
+        loss, accuracy = float(logs["loss"]), float(logs["accuracy"])
+        correct = round(accuracy * samples) if math.isfinite(accuracy) else accuracy
+        running = np.array([loss * samples, correct, samples], dtype=np.float64)
+        sums, self.done = running - self.done, running
+        return sums
 
 
-def fit_from(model: keras.Model, epoch_input: Callable[[int, int], object], *, epoch: int, step: int, epochs: int,
-             steps_per_epoch: int, callbacks: list, stopper: StopAndCheckpoint) -> None:
-    """``model.fit`` from a checkpoint's position (``epoch`` done, ``step`` steps of the next done),
-    one ``fit`` per epoch: ``epoch_input(e, first_step)`` returns epoch ``e``'s input (0-based)
-    from its step ``first_step`` on, so a resumed job reads exactly what an uninterrupted one
-    would (each epoch's order derived from the seed and the epoch, the steps already done
-    skipped: at most one epoch's batches are read again). Raises ``stop.Stopped`` when stopped
-    (``StopAndCheckpoint``)."""
-    if step >= steps_per_epoch:   # stopped after an epoch's last step, before its validation
-        epoch, step = epoch + 1, 0
-    for current in range(epoch, epochs):
-        first_step = step if current == epoch else 0
-        stopper.first_step = first_step
-        model.fit(epoch_input(current, first_step), initial_epoch=current, epochs=current + 1,
-                  steps_per_epoch=steps_per_epoch - first_step, verbose=0, callbacks=callbacks)

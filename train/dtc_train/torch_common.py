@@ -34,11 +34,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: caught by name
 
-from . import common, dali_data, lr_schedule, observe, plateau, stop, torch_model
+from . import common, dali_data, loop, observe, stop, torch_model
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_KEYS = frozenset({"epoch", "model", "optimizer", "rng"})
@@ -116,77 +117,8 @@ PLAIN_STATE = StateDicts(lambda model, optimizer: (model.state_dict(), optimizer
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def bounded(convert: Callable[[str], float], name: str, low: float, below: float | None = None
-            ) -> Callable[[str], float]:
-    """An argparse ``type``: ``convert(text)`` if it is ``>= low`` (and ``< below``), else
-    ``ValueError``, which argparse reports as ``invalid <name> value: '<text>'``."""
-    def parse(text: str):
-        value = convert(text)
-        if value < low or (below is not None and value >= below):
-            raise ValueError(text)
-        return value
-
-    parse.__name__ = name
-    return parse
-
-
-non_negative = bounded(float, "non_negative", 0)
-fraction = bounded(float, "fraction", 0, below=1)
-positive_int = bounded(int, "positive_int", 1)
-non_negative_int = bounded(int, "non_negative_int", 0)
-
-
-def step_range(text: str) -> tuple[int, int]:
-    """``A:B`` (``1 <= A <= B``, global optimizer steps) as ``(A, B)``."""
-    first, _, last = text.partition(":")
-    steps = int(first), int(last or first)
-    if not 1 <= steps[0] <= steps[1]:
-        raise ValueError(text)   # argparse: "invalid step_range value: ..."
-    return steps
-
-
-def add_arguments(parser) -> None:
-    """The hyperparameters both PyTorch trainers add to ``common.parse_args``'s."""
-    parser.add_argument("--profile-steps", type=step_range, metavar="A:B",
-                        help="rank 0 records a torch.profiler trace of the job's optimizer steps A to B (1-based, "
-                             "counted over epochs) into tensorboard-dir (<host>_rank0.<ms>.pt.trace.json)")
-    parser.add_argument("--gradient-accumulation-steps", type=positive_int, default=1,
-                        help="batches of batch-size per optimizer step, their gradients added up on each rank and "
-                             "averaged over the ranks once per step (the step of a batch-size this many times larger; "
-                             "learning-rate applies to that step unchanged); 1: none")
-    parser.add_argument("--early-stopping-patience", type=non_negative_int, default=0,
-                        help="stop after this many epochs in a row without a lower validation loss (Keras' "
-                             "EarlyStopping on val_loss); 0: never (dtc_train.plateau)")
-    parser.add_argument("--nonfinite-loss", choices=plateau.NONFINITE_LOSS_CHOICES, default="fail",
-                        help="fail: a NaN or infinite training loss fails the job naming the step; continue: train on")
-    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
-                        help="fp32; bf16 or fp16: each step's forward pass and loss under torch.autocast (weights, "
-                             "gradients and optimizer state stay fp32); fp16 adds dynamic loss scaling "
-                             "(torch.amp.GradScaler)")
-    parser.add_argument("--warmup-epochs", type=non_negative, default=0.0,
-                        help="epochs over which the rate rises linearly from learning-rate to learning-rate x world "
-                             "size (gradual warmup, Goyal et al. 2017); 0: none (dtc_train.lr_schedule)")
-    parser.add_argument("--lr-schedule", choices=lr_schedule.DECAYS, default="constant",
-                        help="after the warmup: constant, or cosine decay to 0 over the job's steps")
-    parser.add_argument("--label-smoothing", type=fraction, default=0.0,
-                        help="training loss against targets of 1 - e on the label and e / classes everywhere "
-                             "(Szegedy et al. 2016; torch.nn.functional.cross_entropy's label_smoothing); 0: none")
-    parser.add_argument("--model", default=torch_model.DIGITS,
-                        help="digits (the small CNN for 8x8 grayscale images) or a torchvision classification "
-                             "architecture (resnet50, mobilenet_v3_large, efficientnet_b0, vit_b_16, ...), built "
-                             "untrained with one output per class folder (dtc_train.torch_model)")
-    parser.add_argument("--image-size", type=int, default=None,
-                        help="input height and width in pixels (default: 8 for digits, 224 for torchvision models)")
-    parser.add_argument("--augment", choices=("auto", "on", "off"), default="auto",
-                        help="training augmentation, random resized crop and horizontal flip (auto: on for torchvision "
-                             "models, off for digits)")
-    parser.add_argument("--pretrained-weights", metavar="CHANNEL[/PATH]",
-                        help="start from the state dict in this input channel (its one .pth/.pt/.bin file, or PATH in "
-                             "it); tensors whose name and shape fit are loaded, a head for another class count is not")
-
-
 def model_choice(args) -> torch_model.ModelChoice:
-    """The model hyperparameters of ``add_arguments``, checked (``torch_model.ModelChoice.from_args``).
+    """The model hyperparameters of the config (``dtc_train.config``), checked (``torch_model.ModelChoice.from_args``).
 
     Raises:
         ValueError: an unknown architecture, torchvision missing, or an image size that does not fit.
@@ -329,25 +261,6 @@ def fsdp_local_gradients(model):
         model.set_requires_gradient_sync(True)
 
 
-@dataclass(frozen=True)
-class Resume:
-    """Where a restarted job goes on: ``epoch`` epochs done, ``step`` steps of the next one done.
-
-    Attributes:
-        train_sums: rank 0's float64 [loss sum, correct, samples] of the steps already done in
-            the epoch (summed over ranks), else ``None``.
-        data_position: this rank's DALI training-pipeline checkpoint, else ``None`` (start the
-            reader afresh).
-        plateau: the early-stopping state (``plateau.Plateau.state``), else ``None``.
-    """
-
-    epoch: int = 0
-    step: int = 0
-    train_sums: torch.Tensor | None = None
-    data_position: str | None = None
-    plateau: dict | None = None
-
-
 def read_checkpoint(checkpoint_dir: str) -> dict | None:
     """The checkpoint in ``checkpoint_dir`` as saved by ``save_checkpoint``, or ``None`` when there
     is none or it cannot be read (logged with the reason)."""
@@ -405,10 +318,12 @@ def _load_state(checkpoint_dir: str, state: dict, model, optimizer, states: Stat
 
 
 def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
-            collectives: Collectives, states: StateDicts = PLAIN_STATE, precision: Precision = FP32) -> Resume:
+            collectives: Collectives, states: StateDicts = PLAIN_STATE, precision: Precision = FP32
+            ) -> tuple[loop.Resume, str | None]:
     """Loads rank 0's checkpoint (if any) into ``model`` and ``optimizer`` on every rank
-    (``states``), and fp16's loss scale into ``precision.scaler``, and returns where training
-    goes on, with this rank's data position. Call before building the training pipeline
+    (``states``), and fp16's loss scale into ``precision.scaler``. Returns where training goes on
+    and this rank's DALI data position (``None``:
+    start the reader afresh). Call before building the training pipeline
     (``dali_data.RankData.pipelines(train_position=...)``).
 
     Raises:
@@ -416,7 +331,7 @@ def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
     """
     state = collectives.broadcast_object(read_checkpoint(args.checkpoint_dir) if rank == 0 else None)
     if state is None:
-        return Resume()
+        return loop.Resume(), None
     _load_state(args.checkpoint_dir, state, model, optimizer, states)
     if precision.scaler is not None and state.get("grad_scaler"):
         precision.scaler.load_state_dict(state["grad_scaler"])
@@ -440,22 +355,25 @@ def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
         with torch.no_grad():
             for name, value in buffers[rank].items():
                 own[name].copy_(value)
-    sums = state.get("train_sums") if step and rank == 0 else None
-    return Resume(epoch, step, sums, positions[rank] if same_layout else None, state.get("plateau"))
+    sums = state.get("train_sums") if step else None
+    resume = loop.Resume(epoch, step, None if sums is None else np.asarray(sums, dtype=np.float64),
+                         state.get("plateau"))
+    return resume, positions[rank] if same_layout else None
 
 
 def save_checkpoint(args, epoch: int, step: int, model, optimizer, train_batches: "Batches",
-                    sums: torch.Tensor | None, rank: int, steps_per_epoch: int, collectives: Collectives,
+                    total: np.ndarray | None, rank: int, steps_per_epoch: int, collectives: Collectives,
                     states: StateDicts = PLAIN_STATE, precision: Precision = FP32,
                     plateau_state: dict | None = None) -> None:
     """Writes the checkpoint of position (``epoch`` done, ``step`` steps of the next done), with
-    the early-stopping state ``plateau_state``. Collective: every rank calls it at the same step
-    (its data position and epoch sums are gathered, and a sharded model's state); rank 0 writes."""
+    the epoch's training sums so far over every rank (``total``, ``loop.SUMS``) and the
+    early-stopping state ``plateau_state``. Collective: every rank calls it at the same step (its
+    data position is gathered, and a sharded model's state); rank 0 writes."""
     positions = collectives.allgather_object(train_batches.position())
     buffers = collectives.allgather_object(rank_buffers(model))
-    total = collectives.allreduce_sum(sums, "checkpoint_train_sums") if sums is not None else None
     checkpoint = {"epoch": epoch, "step": step, "steps_per_epoch": steps_per_epoch, "rng": torch.get_rng_state(),
-                  "train_sums": total, "data_positions": positions, "rank_buffers": buffers if any(buffers) else None,
+                  "train_sums": None if total is None else torch.from_numpy(np.asarray(total, dtype=np.float64)),
+                  "data_positions": positions, "rank_buffers": buffers if any(buffers) else None,
                   "grad_scaler": precision.scaler.state_dict() if precision.scaler is not None else None,
                   "plateau": plateau_state}
     if states.shards is not None:
@@ -616,101 +534,84 @@ class StepProfiler:
         common.log.info("profile of steps %d to %d written to %s", self.first, global_step, self.directory)
 
 
-def fit(args, model, optimizer, data: dali_data.RankData, train_batches: Batches, val_batches: Batches, rank: int,
-        collectives: Collectives, observer: observe.Observer, stop_request: stop.StopRequest,
-        resume: Resume = Resume(), states: StateDicts = PLAIN_STATE, precision: Precision = FP32,
-        buffers_synced: bool = True, accumulation: Accumulation = NO_ACCUMULATION) -> float:
-    """Trains from ``resume`` to ``args.epochs``: the steps of each epoch, then the training sums
-    all-reduced, the buffers averaged over the ranks unless the wrapper keeps them in sync
-    (``buffers_synced``; ``average_buffers``), and exact validation; rank 0 reports the epoch
-    (``observer``: metric line,
-    TensorBoard). Checkpoints (``save_checkpoint``) on the ``--checkpoint-every`` schedule, after
-    the last epoch, and after the step in which any rank was asked to stop, which then raises
-    ``stop.Stopped`` on every rank. A step is one optimizer step (``train_step``:
-    ``accumulation.micro_batches`` batches). After each step a non-finite loss on this rank fails
-    it under ``nonfinite-loss=fail`` (``plateau.check_loss``); after each epoch the validation loss
-    may end training early (``plateau.Plateau``, restored from the checkpoint and saved with it).
-    Returns the last validation accuracy (measured once when the checkpoint had already reached
-    ``args.epochs`` or stopped early).
+class TorchBackend:
+    """The loop's backend (``loop.Backend``) for a PyTorch model on every rank: Horovod's
+    ``DistributedOptimizer``, DDP or FSDP2 average the gradients inside ``train_step``; the
+    ``collectives`` total the sums and gather the checkpoint's data positions.
 
-    Raises:
-        FloatingPointError: a NaN or infinite training loss under ``nonfinite-loss=fail``.
+    Args:
+        args: the trainer config (``batch_size``, ``label_smoothing``, ``profile_steps``,
+            ``epochs``, ``tensorboard_dir``, ``checkpoint_dir``, ...).
+        model: the model as wrapped for training (DDP, FSDP2, or the module under Horovod).
+        optimizer: its optimizer (Horovod's ``DistributedOptimizer`` under Horovod).
+        data: this rank's share of the channels (``dali_data.RankData``).
+        train_batches, val_batches: this rank's DALI batches (``Batches``).
+        buffers_synced: the wrapper keeps floating-point buffers equal on every rank (DDP);
+            otherwise they are averaged after each epoch's steps (``average_buffers``).
     """
-    schedule = args.checkpoint_every
-    steps = accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)
-    rates = lr_schedule.LearningRate.for_job(args.learning_rate, collectives.world_size, args.warmup_epochs,
-                                             args.epochs, steps, args.lr_schedule)
-    if rank == 0:
-        common.log.info(rates.describe())
 
-    rule = plateau.Plateau.from_state(args.early_stopping_patience, resume.plateau)
-    profiler = StepProfiler(args.profile_steps, args.epochs * steps, args.tensorboard_dir, rank)
+    def __init__(self, args, model, optimizer, data: dali_data.RankData, train_batches: "Batches",
+                 val_batches: "Batches", rank: int, collectives: Collectives, states: StateDicts = PLAIN_STATE,
+                 precision: Precision = FP32, buffers_synced: bool = True,
+                 accumulation: Accumulation = NO_ACCUMULATION):
+        self.args, self.model, self.optimizer, self.data = args, model, optimizer, data
+        self.train_batches, self.val_batches = train_batches, val_batches
+        self.rank, self.collectives, self.states, self.precision = rank, collectives, states, precision
+        self.buffers_synced, self.accumulation = buffers_synced, accumulation
+        self.world_size = self.rate_scale = collectives.world_size
+        self.steps_per_epoch = accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)
+        self.profiler = StepProfiler(args.profile_steps, args.epochs * self.steps_per_epoch, args.tensorboard_dir,
+                                     rank)
 
-    def save(epoch: int, step: int, sums: torch.Tensor | None) -> None:
-        save_checkpoint(args, epoch, step, model, optimizer, train_batches, sums, rank, steps, collectives, states,
-                        precision, rule.state())
+    def begin_epoch(self, epoch: int, first_step: int) -> None:
+        pass   # the DALI reader is endless and restored at its position
 
-    if resume.epoch >= args.epochs or rule.stopped_after:
-        if rank == 0:
-            common.log.info("the checkpoint has %s: nothing left to train",
-                            f"stopped early after epoch {rule.stopped_after} (early-stopping-patience)"
-                            if rule.stopped_after else f"done all {args.epochs} epochs")
-        return evaluate(model, val_batches, data.val_shard, collectives)[1]
-    val_accuracy = 0.0
-    stop_request.training_begins()
-    for epoch in range(resume.epoch + 1, args.epochs + 1):
-        first_step = resume.step if epoch == resume.epoch + 1 else 0
-        observer.begin_epoch(epoch, first_step)
-        sums = torch.zeros(3, dtype=torch.float64)
-        if first_step and resume.train_sums is not None:
-            sums += resume.train_sums
-        for step in range(first_step + 1, steps + 1):
-            rate = rates.rate((epoch - 1) * steps + step - 1)
-            for group in optimizer.param_groups:
-                group["lr"] = rate
-            global_step = (epoch - 1) * steps + step
-            profiler.before_step(global_step)
-            step_sums = train_step(model, optimizer, train_batches, precision, args.label_smoothing, accumulation)
-            profiler.after_step(global_step)
-            plateau.check_loss(float(step_sums[0]), epoch, step, global_step, rank, args.nonfinite_loss)
-            sums += step_sums
-            observer.step_done()
-            signum = stop_request.agreed(global_step, lambda flag: collectives.sum_scalar(flag, "stop_requested"))
-            if signum or schedule.due_after_step(global_step):
-                save(epoch - 1, step, sums)
-            if signum:
-                raise stop.Stopped.after_checkpoint(signum, epoch, step, args.checkpoint_dir, announce=rank == 0)
-        loss_sum, correct, count = collectives.allreduce_sum(sums, "train_sums").tolist()
-        if not buffers_synced:
-            average_buffers(model, collectives)
-        observer.end_training_steps()
-        val_loss, val_accuracy, val_count = evaluate(model, val_batches, data.val_shard, collectives)
-        observer.end_epoch(epoch, train_loss=loss_sum / count, train_accuracy=correct / count, val_loss=val_loss,
-                           val_accuracy=val_accuracy, val_samples=val_count)
-        stopping = rule.update(epoch, val_loss)   # every rank: the validation loss is all-reduced
-        if schedule.due_after_epoch(epoch) or epoch == args.epochs or stopping:
-            save(epoch, 0, None)
-        if stopping:
-            if rank == 0:
-                common.log.info(rule.describe(args.epochs))
-            break
-    return val_accuracy
+    def set_learning_rate(self, rate: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+
+    def train_step(self, global_step: int) -> np.ndarray:
+        self.profiler.before_step(global_step)
+        sums = train_step(self.model, self.optimizer, self.train_batches, self.precision, self.args.label_smoothing,
+                          self.accumulation)
+        self.profiler.after_step(global_step)
+        return sums.numpy()
+
+    def total(self, sums: np.ndarray, name: str) -> np.ndarray:
+        return self.collectives.allreduce_sum(torch.from_numpy(sums), name).numpy()
+
+    def sum_scalar(self, value: float, name: str) -> float:
+        return self.collectives.sum_scalar(value, name)
+
+    def end_training_steps(self) -> None:
+        if not self.buffers_synced:
+            average_buffers(self.model, self.collectives)
+
+    def evaluate(self) -> tuple[float, float, int]:
+        return evaluate(self.model, self.val_batches, self.data.val_shard, self.collectives)
+
+    def save(self, epoch: int, step: int, train_sums: np.ndarray | None, plateau_state: dict) -> None:
+        save_checkpoint(self.args, epoch, step, self.model, self.optimizer, self.train_batches, train_sums, self.rank,
+                        self.steps_per_epoch, self.collectives, self.states, self.precision, plateau_state)
 
 
 def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankData, device: torch.device,
           dali_device_id: int | None, rank: int, size: int, collectives: Collectives,
-          stop_request: stop.StopRequest, resume: Resume, strategy: str, choice: torch_model.ModelChoice,
-          states: StateDicts = PLAIN_STATE, precision: Precision = FP32, buffers_synced: bool = True,
-          accumulation: Accumulation = NO_ACCUMULATION) -> int:
+          stop_request: stop.StopRequest, resume: tuple[loop.Resume, str | None], strategy: str,
+          choice: torch_model.ModelChoice, states: StateDicts = PLAIN_STATE, precision: Precision = FP32,
+          buffers_synced: bool = True, accumulation: Accumulation = NO_ACCUMULATION) -> int:
     """Builds this rank's pipelines for ``choice``'s input (the training one at ``resume``'s data
-    position), trains (``fit``), saves the model (``finish``, from ``module``: the model without
-    its data-parallel wrapper) and writes the report. Returns 0, or ``128 + N`` when stopped by
-    signal N (the checkpoint written, the report too)."""
+    position: ``restore``), trains (``loop.fit`` with a ``TorchBackend``), saves the model
+    (``finish``, from ``module``: the model without its data-parallel wrapper) and writes the
+    report. Returns 0, or ``128 + N`` when stopped by signal N (the checkpoint written, the report too)."""
+    position, data_position = resume
     train_pipe, val_pipe = data.pipelines(args.batch_size, device_id=dali_device_id, layout="CHW",
                                           seed=args.seed, num_threads=args.dali_threads, spec=choice.images,
-                                          train_position=resume.data_position)
-    steps = accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)
-    observer = observe.Observer(args, rank, size, steps, args.batch_size * accumulation.micro_batches * size, strategy)
+                                          train_position=data_position)
+    backend = TorchBackend(args, model, optimizer, data, Batches(train_pipe, device), Batches(val_pipe, device), rank,
+                           collectives, states, precision, buffers_synced, accumulation)
+    observer = observe.Observer(args, rank, size, backend.steps_per_epoch,
+                                args.batch_size * accumulation.micro_batches * size, strategy)
     if rank == 0 and precision.dtype is not None:
         common.log.info("precision %s: forward pass and loss under torch.autocast(%s, %s)%s", precision.name,
                         device.type, precision.dtype, ", loss scaling (GradScaler)" if precision.scaler else "")
@@ -718,11 +619,9 @@ def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankD
         common.log.info("gradient accumulation: %d micro-batches of %d per optimizer step on each rank (%d samples "
                         "per step over %d ranks), %d steps per epoch, the gradients averaged over the ranks once per "
                         "step", accumulation.micro_batches, args.batch_size,
-                        args.batch_size * accumulation.micro_batches * size, size, steps)
+                        args.batch_size * accumulation.micro_batches * size, size, backend.steps_per_epoch)
     try:
-        val_accuracy = fit(args, model, optimizer, data, Batches(train_pipe, device), Batches(val_pipe, device), rank,
-                           collectives, observer, stop_request, resume, states, precision, buffers_synced,
-                           accumulation)
+        val_accuracy = loop.fit(loop.Rules.of(args), backend, observer, stop_request, position)
     except stop.Stopped as stopped:
         observer.close()
         return stopped.exit_code
@@ -737,8 +636,7 @@ def finish(args, model: torch.nn.Module, rank: int, size: int, val_accuracy: flo
     ``model.pth`` (state dict) and ``model.json`` (``ModelChoice.describe``: what rebuilds it,
     its input and its ``classes``) to the model directory."""
     model_state, _ = states.get(model, None)
-    digest = common.weights_digest(v.detach().cpu().numpy() for v in model_state.values())
-    common.emit(f"rank={rank} world_size={size} final_weights_sha256={digest}")
+    loop.emit_digest(rank, size, (v.detach().cpu().numpy() for v in model_state.values()))
     if rank != 0:
         return
     state = {k: v.detach().cpu() for k, v in model_state.items()}
