@@ -2,19 +2,19 @@
 step is the compiled model's own train function, its sums are exact, and the loop's learning
 rate reaches the optimizer."""
 
+# tf_env first: it selects Keras 2 before TensorFlow is imported; the import order below is kept.
+# isort: off
+from dtc_train import tf_env  # noqa: F401
+
 import numpy as np
 import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from dtc_train import image_folder, tf_checkpoint, tf_model
+# isort: on
 
 pytestmark = pytest.mark.e2e
-
-import tensorflow as tf  # noqa: E402
-import tf_keras as keras  # noqa: E402
-
-from dtc_train import (  # noqa: E402
-    tf_checkpoint,
-    tf_env,  # noqa: F401  (Keras 2 before TensorFlow)
-    tf_model,
-)
 
 
 def _model_and_batches(batch=8, steps=3):
@@ -56,3 +56,23 @@ def test_the_loops_rate_reaches_the_optimizer():
     steps.train_step(2)
     assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(0.05)
     assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))
+
+
+def test_a_keras_architecture_is_chosen_by_name_and_a_wrong_one_named():
+    choice = tf_model.KerasChoice.from_args("RegNetX002", 32, "auto")
+    assert choice.images.shape("HWC") == (32, 32, 3) and choice.images.augment and choice.images.eval_resize == 37
+    assert choice.build(3).output_shape == (None, 3)
+    with pytest.raises(ValueError, match=r"model='ResNet5' is neither 'digits' nor a keras.applications architecture "
+                                         r"\(closest: ResNet50"):
+        tf_model.KerasChoice.from_args("ResNet5", None, "auto")
+    with pytest.raises(ValueError, match="model=digits takes 8x8 images; leave image-size unset, or choose a "
+                                         "keras.applications architecture"):
+        tf_model.KerasChoice.from_args("digits", 32, "auto")
+
+
+def test_the_tf_data_augmentation_is_a_crop_of_the_size_fixed_by_its_seed():
+    image = tf.constant(np.random.default_rng(0).random((37, 37, 3), dtype=np.float32))
+    seed = tf.constant([3, 7], tf.int64)
+    first, again = (image_folder.augment(image, seed, 32).numpy() for _ in range(2))
+    assert first.shape == (32, 32, 3) and np.array_equal(first, again)
+    assert not np.array_equal(first, image_folder.augment(image, seed + 1, 32).numpy())

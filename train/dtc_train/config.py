@@ -168,16 +168,18 @@ def _options() -> tuple[Option, ...]:
         Option("--label-smoothing", PYTORCH, dict(
             type=fraction, default=0.0,
             help="training loss against targets of 1 - e on the label and e / classes everywhere; 0: none")),
-        Option("--model", PYTORCH, dict(
+        Option("--model", ALL, dict(
             default="digits",
             help="digits (the small CNN for 8x8 grayscale images) or a torchvision classification architecture "
-                 "(resnet50, mobilenet_v3_large, efficientnet_b0, vit_b_16, ...; dtc_train.torch_model)")),
-        Option("--image-size", PYTORCH, dict(
+                 "(builtin:pytorch: resnet50, mobilenet_v3_large, efficientnet_b0, vit_b_16, ...; "
+                 "dtc_train.torch_model) or keras.applications one (builtin:tensorflow: ResNet50, MobileNetV2, "
+                 "EfficientNetB0, ...; dtc_train.tf_model)")),
+        Option("--image-size", ALL, dict(
             type=positive_int, default=None,
-            help="input height and width in pixels (default: 8 for digits, 224 for torchvision models)")),
-        Option("--augment", PYTORCH, dict(choices=("auto", "on", "off"), default="auto",
-                                          help="random resized crop and flip in training (auto: on for torchvision "
-                                               "models, off for digits)")),
+            help="input height and width in pixels (default: 8 for digits, 224 for an architecture)")),
+        Option("--augment", ALL, dict(choices=("auto", "on", "off"), default="auto",
+                                      help="random resized crop and flip in training (auto: on for an architecture, "
+                                           "off for digits)")),
         Option("--pretrained-weights", PYTORCH, dict(
             metavar="CHANNEL[/PATH]", default=None,
             help="start from the state dict in this input channel (its one .pth/.pt/.bin file, or PATH in it)")),

@@ -74,6 +74,31 @@ class ImageSpec:
 
 # The digits CNN's input: 8x8 grayscale, pixel / 255, no augmentation (make train's job).
 DIGITS_IMAGES = ImageSpec(channels=1, size=8, mean=(0.0,), std=(255.0,))
+ARCHITECTURE_IMAGE_SIZE = 224   # torchvision's and keras.applications' ImageNet input
+EVAL_CROP_FRACTION = 0.875      # ImageNet evaluation: resize to 256, centre crop 224
+
+
+def input_spec(digits: bool, image_size: int | None, augment: str, family: str) -> ImageSpec:
+    """The input of the digits CNN (``digits``) or of an ImageNet-style architecture, from the
+    hyperparameters ``image-size`` (default 224 for an architecture) and ``augment`` (``auto``:
+    on for an architecture, off for the digits CNN); ``family`` names the architectures for the
+    error (``a torchvision architecture (model=resnet50, ...)``).
+
+    Raises:
+        ValueError: an image size below 1, or the digits CNN at another size than 8.
+    """
+    if image_size is not None and image_size < 1:
+        raise ValueError(f"image-size must be at least 1 pixel, got {image_size}")
+    if digits:
+        if image_size not in (None, DIGITS_IMAGES.size):
+            raise ValueError(f"model=digits takes {DIGITS_IMAGES.size}x{DIGITS_IMAGES.size} images; leave "
+                             f"image-size unset, or choose {family}")
+        images = DIGITS_IMAGES
+    else:
+        size = image_size or ARCHITECTURE_IMAGE_SIZE
+        images = ImageSpec(channels=3, size=size, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                           eval_resize=round(size / EVAL_CROP_FRACTION))
+    return dataclasses.replace(images, augment={"on": True, "off": False, "auto": not digits}[augment])
 
 
 @dataclass(frozen=True)

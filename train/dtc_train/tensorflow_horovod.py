@@ -35,7 +35,6 @@ import tensorflow as tf
 import tf_keras as keras
 
 from . import common, config, contract, dali_data, loop, observe, stop, tf_checkpoint, tf_model
-from .tf_model import IMAGE_SHAPE, build_model
 # isort: on
 
 
@@ -52,12 +51,12 @@ def _use_gpu(args) -> int | None:
     return hvd.local_rank()
 
 
-def _dataset(pipe, batch_size: int, device_id: int | None):
+def _dataset(pipe, batch_size: int, device_id: int | None, shape: tuple[int, int, int]):
     from nvidia.dali.plugin.tf import DALIDataset  # noqa: PLC0415  (loads DALI's TF ops: only for a DALI input)
 
     with tf.device("/gpu:0" if device_id is not None else "/cpu:0"):
         return DALIDataset(pipeline=pipe, batch_size=batch_size, device_id=device_id,
-                           output_shapes=((batch_size, *IMAGE_SHAPE), (batch_size, 1)),
+                           output_shapes=((batch_size, *shape), (batch_size, 1)),
                            output_dtypes=(tf.float32, tf.int32))
 
 
@@ -103,6 +102,7 @@ EPOCH_SEED_STRIDE = 1_000_003   # DALI seed offset per epoch (seeds stay distinc
 
 def main(argv: list[str] | None = None) -> int:
     args = config.parse(config.TENSORFLOW_HOROVOD, argv, __doc__.split("\n\n")[0])
+    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment)
     stop_request = stop.StopRequest()
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                     tf.__version__, keras.__version__, horovod.__version__, rank, size, contract.current_host(),
                     data.describe(),
                     "gpu" if device_id is not None else "cpu")
-    pipeline_settings = dict(device_id=device_id, layout="HWC", num_threads=args.dali_threads)
+    pipeline_settings = dict(device_id=device_id, layout="HWC", num_threads=args.dali_threads, spec=choice.images)
+    shape = choice.images.shape("HWC")
     val_pipe = data.val_pipeline(args.batch_size, **pipeline_settings)
 
     def epoch_input(epoch: int, first_step: int):
@@ -125,16 +126,16 @@ def main(argv: list[str] | None = None) -> int:
         # batches it had done (DALI's TensorFlow dataset cannot be restored from a DALI checkpoint)
         pipe = data.train_pipeline(args.batch_size, seed=args.seed + EPOCH_SEED_STRIDE * epoch,
                                    **pipeline_settings)
-        return _dataset(pipe, args.batch_size, device_id).skip(first_step)
+        return _dataset(pipe, args.batch_size, device_id, shape).skip(first_step)
 
-    model = build_model()
+    model = choice.build(len(data.classes))
     optimizer = hvd.DistributedOptimizer(
         keras.optimizers.SGD(learning_rate=args.learning_rate * size, momentum=args.momentum))
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
     observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, "horovod")
     backend = HorovodBackend(args, model, lambda epoch, first_step: iter(epoch_input(epoch, first_step)), data,
-                             iter(_dataset(val_pipe, args.batch_size, device_id)))
+                             iter(_dataset(val_pipe, args.batch_size, device_id, shape)))
     # every rank creates the optimizer's variables now, in the same order, so that the broadcast
     # below pairs rank 0's restored ones with the others' (created lazily they are named apart)
     model.optimizer.build(model.trainable_variables)
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
     loop.emit_digest(rank, size, model.get_weights())
     if rank == 0:
-        tf_model.save(model, args.model_dir, val_accuracy=val_accuracy, epochs=args.epochs,
+        tf_model.save(model, args.model_dir, choice, data.classes, val_accuracy=val_accuracy, epochs=args.epochs,
                       world_size=size, strategy="horovod")
     observer.close()
     hvd.allreduce(tf.constant(0.0), name="finished")   # every rank leaves after rank 0 has saved

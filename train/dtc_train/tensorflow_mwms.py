@@ -205,6 +205,7 @@ def choose_strategy(cpu_replicas: int) -> tuple[tf.distribute.Strategy, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = config.parse(config.TENSORFLOW_MIRRORED, argv, __doc__.split("\n\n")[0])
+    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment)
     stop_request = stop.StopRequest()
     strategy, name = choose_strategy(args.cpu_replicas)
     stop_request.install()   # back from TensorFlow's own SIGTERM handler (StopRequest.install)
@@ -222,8 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     allgather = _allgather_object(task_id, workers)
     data = dali_data.rank_data(args.train_channel, args.validation_channel, args.batch_size * local_replicas,
                                place, allgather, args.corrupt_images)
-    train_images, train_labels = image_folder.read(data.train.listing)
-    validation = image_folder.read(data.val.listing)
+    spec = choice.images
+    train_images, train_labels = image_folder.read(data.train.listing, spec,
+                                                   spec.eval_resize if spec.augment else spec.size)
+    validation = image_folder.read(data.val.listing, spec)
     steps = data.steps_per_epoch
     common.log.info("TensorFlow %s %s: %s %d of %d workers (host %s), %d replicas on %s; "
                     "%d training images (%d steps/epoch), %d validation images", tf.__version__,
@@ -238,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         # uninterrupted job reads
         shuffled = (tf.data.Dataset.from_tensor_slices((train_images, train_labels))
                     .shuffle(len(train_labels), seed=args.seed + epoch).repeat())
+        if spec.augment:   # each sample's crop from the seed, the epoch and its position in the epoch
+            shuffled = shuffled.enumerate().map(lambda index, sample: (image_folder.augment(
+                sample[0], tf.stack([tf.constant(args.seed + epoch, tf.int64), index]), spec.size), sample[1]))
         if not data.train.host_sharded:
             return iter(strategy.experimental_distribute_dataset(
                 shuffled.batch(global_batch, drop_remainder=True).skip(first_step).with_options(options)))
@@ -246,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             lambda _context: shuffled.batch(args.batch_size, drop_remainder=True).skip(first_step * local_replicas)))
 
     with strategy.scope():
-        model = tf_model.build_model()
+        model = choice.build(len(data.classes))
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=args.learning_rate * replicas,
                                                      momentum=args.momentum),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
@@ -263,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
 
     loop.emit_digest(task_id, workers, model.get_weights())
     model_dir = args.model_dir if is_chief else tempfile.mkdtemp(prefix="dtc-mwms-worker-")
-    tf_model.save(model, model_dir, val_accuracy=val_accuracy, epochs=args.epochs, world_size=workers,
-                  strategy=f"{name}_strategy")
+    tf_model.save(model, model_dir, choice, data.classes, val_accuracy=val_accuracy, epochs=args.epochs,
+                  world_size=workers, strategy=f"{name}_strategy")
     observer.close()
     return 0
 

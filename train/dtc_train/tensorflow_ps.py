@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from . import common, config, contract, image_folder, loop, observe, stop, tf_checkpoint, tf_model
+from . import channel, common, config, contract, image_folder, loop, observe, stop, tf_checkpoint, tf_model
 # isort: on
 
 
@@ -94,6 +94,7 @@ class ParameterServerBackend:
 
 def main(argv: list[str] | None = None) -> int:
     args = config.parse(config.TENSORFLOW_PS, argv, __doc__.split("\n\n")[0])
+    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment)
     stop_request = stop.StopRequest()
     common.configure_logging(0)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -109,10 +110,13 @@ def main(argv: list[str] | None = None) -> int:
 
     for channel_name in (args.train_channel, args.validation_channel):
         contract.refuse_host_sharded(channel_name, "parameter_server")
-    train_images, train_labels = image_folder.load(contract.channel_dir(args.train_channel), common.log,
-                                                   args.corrupt_images)
-    val_images, val_labels = image_folder.load(contract.channel_dir(args.validation_channel), common.log,
-                                               args.corrupt_images)
+    spec = choice.images
+    training = channel.list_images(contract.channel_dir(args.train_channel), args.corrupt_images)
+    validation = channel.list_images(contract.channel_dir(args.validation_channel), args.corrupt_images)
+    for listing in (training, validation):
+        listing.log_ignored(common.log)
+    train_images, train_labels = image_folder.read(training, spec, spec.eval_resize if spec.augment else spec.size)
+    val_images, val_labels = image_folder.read(validation, spec)
     steps = math.ceil(len(train_labels) / args.batch_size)
     common.log.info("TensorFlow %s ParameterServerStrategy: chief on %s, %d workers, %d parameter servers; "
                     "%d training images (%d steps/epoch), %d validation images", tf.__version__,
@@ -121,12 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     def dataset_fn(batches_done: int):
         # one stream over every epoch (reshuffled each pass, from the seed); a resumed job skips
         # the batches the checkpoint's steps took, so its steps see the batches they would have
-        return (tf.data.Dataset.from_tensor_slices((train_images, train_labels))
-                .shuffle(len(train_labels), seed=args.seed).repeat()
-                .batch(args.batch_size, drop_remainder=True).skip(batches_done).prefetch(2))
+        stream = (tf.data.Dataset.from_tensor_slices((train_images, train_labels))
+                  .shuffle(len(train_labels), seed=args.seed).repeat())
+        if spec.augment:   # each sample's crop from the seed and its position in the stream
+            stream = stream.enumerate().map(lambda index, sample: (image_folder.augment(
+                sample[0], tf.stack([tf.constant(args.seed, tf.int64), index]), spec.size), sample[1]))
+        return (stream.batch(args.batch_size, drop_remainder=True).skip(batches_done).prefetch(2))
 
     with strategy.scope():
-        model = tf_model.build_model()
+        model = choice.build(len(training.classes))
         optimizer = keras.optimizers.SGD(learning_rate=args.learning_rate, momentum=args.momentum)
         sums = tuple(tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=tf.VariableAggregation.SUM)
                      for _ in loop.SUMS)
@@ -153,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     resume = tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, optimizer)
     iterator = iter(coordinator.create_per_worker_dataset(lambda: dataset_fn(resume.epoch * steps + resume.step)))
-    local = tf_model.build_model()   # the chief's copy for validation and saving
+    local = choice.build(len(training.classes))   # the chief's copy for validation and saving
     backend = ParameterServerBackend(args, coordinator, model, optimizer, train_step, iterator, sums, local,
                                      (val_images, val_labels), workers, steps)
     # steps are scheduled asynchronously on the workers: no progress lines within an epoch
@@ -166,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         return stopped.exit_code
 
     loop.emit_digest(0, workers, local.get_weights())
-    tf_model.save(local, args.model_dir, val_accuracy=val_accuracy, epochs=args.epochs, world_size=workers,
-                  strategy="parameter_server")
+    tf_model.save(local, args.model_dir, choice, training.classes, val_accuracy=val_accuracy, epochs=args.epochs,
+                  world_size=workers, strategy="parameter_server")
     observer.close()
     return 0
 

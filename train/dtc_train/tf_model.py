@@ -1,20 +1,27 @@
-"""The digits classifier for TensorFlow (tf-keras, the Keras 2 API) and how trainers save it.
+"""The TensorFlow trainers' models (tf-keras, the Keras 2 API): the digits CNN or any
+``keras.applications`` architecture (``KerasChoice``), and how trainers save them.
 
 Import after ``TF_USE_LEGACY_KERAS=1`` is set (``dtc_train.tf_env``)."""
 
+import difflib
+import inspect
 import os
+from dataclasses import dataclass
 
 import tensorflow as tf
 import tf_keras as keras
 
 from . import common
+from .dali_data import ImageSpec, input_spec
+
+DIGITS = "digits"
 
 IMAGE_SHAPE = (8, 8, 1)   # height, width, channels; float32 in [0, 1]
 NUM_CLASSES = 10
 
 
-def build_model() -> keras.Model:
-    """[B, 8, 8, 1] -> [B, 10] logits: the same network as ``torch_model.DigitsNet``."""
+def build_model(num_classes: int = NUM_CLASSES) -> keras.Model:
+    """[B, 8, 8, 1] -> [B, num_classes] logits: the same network as ``torch_model.DigitsNet``."""
     return keras.Sequential([
         keras.layers.Input(IMAGE_SHAPE),
         keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
@@ -22,26 +29,75 @@ def build_model() -> keras.Model:
         keras.layers.MaxPooling2D(2),
         keras.layers.Flatten(),
         keras.layers.Dense(128, activation="relu"),
-        keras.layers.Dense(NUM_CLASSES),
+        keras.layers.Dense(num_classes),
     ], name="digits_net")
 
 
-def save(model: keras.Model, model_dir: str, *, val_accuracy: float | None, epochs: int, world_size: int,
-         strategy: str) -> None:
+def keras_architectures() -> list[str]:
+    """The classification architectures ``keras.applications`` builds (``ResNet50``,
+    ``MobileNetV2``, ``EfficientNetB0``, ...), sorted."""
+    return sorted(name for name in dir(keras.applications)
+                  if name[:1].isupper() and callable(getattr(keras.applications, name)))
+
+
+@dataclass(frozen=True)
+class KerasChoice:
+    """The model hyperparameters of a TensorFlow trainer, parsed once.
+
+    Attributes:
+        name: ``digits`` or a ``keras.applications`` architecture.
+        images: its input and the training augmentation (``dali_data.ImageSpec``; layout HWC).
+    """
+
+    name: str
+    images: ImageSpec
+
+    @classmethod
+    def from_args(cls, model: str, image_size: int | None, augment: str) -> "KerasChoice":
+        """Checks and combines ``model``, ``image-size`` and ``augment`` (``dali_data.input_spec``).
+
+        Raises:
+            ValueError: an unknown architecture (the closest names given), an image size below 1,
+                or the digits CNN at another size than 8.
+        """
+        if model != DIGITS and model not in keras_architectures():
+            close = difflib.get_close_matches(model, keras_architectures(), n=3) or keras_architectures()[:5]
+            raise ValueError(f"model={model!r} is neither {DIGITS!r} nor a keras.applications architecture "
+                             f"(closest: {', '.join(close)})")
+        return cls(model, input_spec(model == DIGITS, image_size, augment,
+                                     "a keras.applications architecture (model=ResNet50, ...)"))
+
+    def build(self, num_classes: int) -> keras.Model:
+        """The untrained model: images float32 [B, S, S, C] -> logits [B, num_classes] (the
+        caller seeds TensorFlow, so every rank builds the same weights)."""
+        if self.name == DIGITS:
+            return build_model(num_classes)
+        build = getattr(keras.applications, self.name)
+        options = {"weights": None, "input_shape": self.images.shape("HWC"), "classes": num_classes,
+                   "classifier_activation": None}
+        if "include_preprocessing" in inspect.signature(build).parameters:
+            options["include_preprocessing"] = False   # the input pipeline normalizes (EfficientNet, RegNet, ...)
+        return build(**options)
+
+
+def save(model: keras.Model, model_dir: str, choice: KerasChoice, classes: tuple[str, ...], *,
+         val_accuracy: float | None, epochs: int, world_size: int, strategy: str) -> None:
     """Writes the SavedModel to ``<model_dir>/1`` (the TensorFlow Serving layout) atomically,
-    with ``model.json`` describing it."""
+    with ``model.json`` describing it: its input, normalization and classes."""
     saved_model = os.path.join(model_dir, "1")
     common.atomic_write_tree(saved_model, lambda tmp: model.save(tmp, save_format="tf", include_optimizer=False))
     common.write_json(os.path.join(model_dir, "model.json"), {
-        "framework": "tensorflow", "format": "SavedModel", "path": "1",
-        "input_shape": list(IMAGE_SHAPE), "input_scale": "pixel / 255",
-        "classes": [str(c) for c in range(NUM_CLASSES)], "val_accuracy": val_accuracy,
+        "framework": "tensorflow", "format": "SavedModel", "path": "1", "model": choice.name,
+        "input_shape": list(choice.images.shape("HWC")),
+        "input_normalization": {"mean": list(choice.images.mean), "std": list(choice.images.std),
+                                "formula": "(pixel - mean) / std, pixel in 0..255"},
+        "eval_resize": choice.images.eval_resize, "classes": list(classes), "val_accuracy": val_accuracy,
         "epochs": epochs, "world_size": world_size, "strategy": strategy})
     common.log.info("saved %s", saved_model)
 
 
 def sparse_metrics(logits, labels) -> tuple[float, float]:
-    """(summed cross-entropy, correct predictions) of logits [N, 10] against int labels [N]."""
+    """(summed cross-entropy, correct predictions) of logits [N, K] against int labels [N]."""
     loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
     correct = tf.reduce_sum(tf.cast(tf.argmax(logits, 1, output_type=tf.int32) == tf.cast(labels, tf.int32),
                                     tf.float64))

@@ -11,7 +11,6 @@ weights), augmented for training (random resized crop and flip) unless ``augment
 evaluated on the centre crop after resizing the shorter side to ``image-size / 0.875``.
 """
 
-import dataclasses
 import difflib
 import json
 import os
@@ -21,13 +20,11 @@ import torch
 from torch import nn
 
 from . import contract
-from .dali_data import DIGITS_IMAGES, IMAGENET_MEAN, IMAGENET_STD, ImageSpec
+from .dali_data import DIGITS_IMAGES, ImageSpec, input_spec
 
 DIGITS = "digits"
 INPUT_SHAPE = DIGITS_IMAGES.shape("CHW")   # the digits CNN's: channels, height, width; float32 in [0, 1]
 NUM_CLASSES = 10
-TORCHVISION_IMAGE_SIZE = 224
-EVAL_CROP_FRACTION = 0.875   # torchvision's ImageNet evaluation: resize to 256, centre crop 224
 WEIGHT_SUFFIXES = (".pth", ".pt", ".bin")
 
 
@@ -92,24 +89,14 @@ class ModelChoice:
             ValueError: an unknown architecture (the closest names given), torchvision missing,
                 an image size below 1, or the digits CNN at another size than 8.
         """
-        if image_size is not None and image_size < 1:
-            raise ValueError(f"image-size must be at least 1 pixel, got {image_size}")
-        if model == DIGITS:
-            if image_size not in (None, DIGITS_IMAGES.size):
-                raise ValueError(f"model={DIGITS} takes {DIGITS_IMAGES.size}x{DIGITS_IMAGES.size} images; leave "
-                                 "image-size unset, or choose a torchvision architecture (model=resnet50, ...)")
-            images = DIGITS_IMAGES
-        else:
+        if model != DIGITS:
             known = classification_models()
             if model not in known:
                 close = difflib.get_close_matches(model, known, n=3) or known[:5]
                 raise ValueError(f"model={model!r} is neither {DIGITS!r} nor a torchvision classification architecture "
                                  f"(closest: {', '.join(close)}; all: torchvision.models.list_models)")
-            size = image_size or TORCHVISION_IMAGE_SIZE
-            images = ImageSpec(channels=3, size=size, mean=IMAGENET_MEAN, std=IMAGENET_STD,
-                               eval_resize=round(size / EVAL_CROP_FRACTION))
-        wants_augment = {"on": True, "off": False, "auto": model != DIGITS}[augment]
-        return cls(model, dataclasses.replace(images, augment=wants_augment), pretrained_weights or None)
+        images = input_spec(model == DIGITS, image_size, augment, "a torchvision architecture (model=resnet50, ...)")
+        return cls(model, images, pretrained_weights or None)
 
     def build(self, num_classes: int) -> nn.Module:
         """The untrained model with ``num_classes`` outputs (the caller seeds ``torch``'s RNG, so
