@@ -156,7 +156,7 @@ def test_a_built_in_trainers_bad_hyperparameter_shows_argparses_message_first(ma
     result = run_train(root, timeout_s=120)
     assert result.returncode == 2
     lines = result.failure.splitlines()
-    assert lines[0].endswith("error: argument --epochs: invalid int value: 'abc'"), lines
+    assert lines[0].endswith("error: argument --epochs: invalid positive_int value: 'abc'"), lines
     assert "builtin:tensorflow" in lines[1] and "docs/environment.md" in lines[1]
 
 
