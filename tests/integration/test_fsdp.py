@@ -49,6 +49,7 @@ def test_fsdp_trains_saves_a_whole_model_and_resumes_at_another_world_size(digit
     root = _fsdp_job(tmp_path, digits_channels, processes_per_host=2, epochs=8)
     result = run_train(root, env=own_torch_port())
     assert result.returncode == 0, result.output[-4000:]
+    assert " FSDP2 (gloo): rank 0/2 on cpu " in result.output, result.output[-4000:]   # names what it runs
     epochs = [(int(e), float(acc), int(n)) for e, _, acc, n in METRIC.findall(result.stdout)]
     assert [e for e, *_ in epochs] == list(range(1, 9)) and all(n == VALIDATION_IMAGES for *_, n in epochs)
     assert epochs[-1][1] >= 0.90, epochs

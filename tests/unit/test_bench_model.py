@@ -44,3 +44,14 @@ def test_a8_compares_the_trainers_median_images_per_s_with_the_bare_loops_per_ca
     assert a8 == {
         "built-in trainer / bare loop, training images/s, digits-cnn, 1 process": (pytest.approx(0.8), 0.97, False),
         "built-in trainer / bare loop, training images/s, shufflenet, 1 process": (pytest.approx(0.97), 0.97, True)}
+
+
+def test_the_gpu_suite_refuses_a_part_it_does_not_have_before_touching_a_gpu(tmp_path, capsys):
+    sys.path.insert(0, str(REPO / "bench" / "gpu"))
+    import suite
+
+    with pytest.raises(SystemExit) as stopped:
+        suite.main(["--out", str(tmp_path), "--parts", "B1,B5"])
+    assert stopped.value.code == 2
+    assert "--parts: 'B1,B5' is not a comma-separated subset of B1,B2,B3,B4" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())   # nothing measured, nothing written

@@ -146,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     place = dali_data.Place(rank, size, local_rank, local_size, contract.current_host())
     data = dali_data.rank_data(args.train_channel, args.validation_channel, args.batch_size, place,
                                collectives.allgather_object, args.corrupt_images)
-    common.log.info("PyTorch %s DDP (%s): rank %d/%d on %s (host %s); %s; DALI decodes on %s", torch.__version__,
-                    dist.get_backend(), rank, size, device, contract.current_host(), data.describe(),
+    common.log.info("PyTorch %s %s (%s): rank %d/%d on %s (host %s); %s; DALI decodes on %s", torch.__version__,
+                    "FSDP2" if args.data_parallel == "fsdp" else "DDP", dist.get_backend(), rank, size, device,
+                    contract.current_host(), data.describe(),
                     "gpu" if dali_device_id is not None else "cpu")
 
     module = torch_common.build_model(choice, data.classes, rank).to(device)
