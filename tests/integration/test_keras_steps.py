@@ -17,11 +17,11 @@ from dtc_train import image_folder, tf_checkpoint, tf_model
 pytestmark = pytest.mark.e2e
 
 
-def _model_and_batches(batch=8, steps=3):
+def _model_and_batches(batch=8, steps=3, label_smoothing=0.0):
     tf.keras.utils.set_random_seed(0)
     model = tf_model.build_model()
-    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1), loss=tf_model.training_loss(label_smoothing),
+                  metrics=["accuracy"])
     rng = np.random.default_rng(0)
     images = rng.random((batch * steps, *tf_model.IMAGE_SHAPE), dtype=np.float32)
     labels = rng.integers(0, 10, batch * steps).astype(np.int32)
@@ -40,6 +40,20 @@ def test_a_steps_sums_are_its_batchs_loss_sum_correct_count_and_samples():
     assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))
     second = steps.train_step(2)
     assert second[2] == 8 and float(second[1]).is_integer()
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_label_smoothing_trains_on_the_smoothed_cross_entropy(smoothing):
+    """label-smoothing on the TensorFlow trainers: the step's reported loss is the cross-entropy
+    against targets of 1 - e + e/K on the label and e/K elsewhere (the PyTorch trainers' formula,
+    test_speed_features.py), summed over the batch."""
+    model, images, labels = _model_and_batches(label_smoothing=smoothing)
+    steps = tf_checkpoint.KerasSteps(
+        model, lambda epoch, first: iter(tf.data.Dataset.from_tensor_slices((images, labels)).batch(8)), 8)
+    steps.begin_epoch(1, 0)
+    log_p = tf.nn.log_softmax(model(images[:8], training=True)).numpy().astype(np.float64)
+    expected = ((1 - smoothing) * -log_p[np.arange(8), labels[:8]] + smoothing * -log_p.mean(axis=1)).sum()
+    assert steps.train_step(1)[0] == pytest.approx(expected, rel=1e-5)
 
 
 def test_the_loops_rate_reaches_the_optimizer():

@@ -165,7 +165,7 @@ def _options() -> tuple[Option, ...]:
         Option("--precision", PYTORCH, dict(
             choices=PRECISIONS, default="fp32",
             help="fp32; bf16 or fp16: forward pass and loss under torch.autocast; fp16 adds dynamic loss scaling")),
-        Option("--label-smoothing", PYTORCH, dict(
+        Option("--label-smoothing", ALL, dict(
             type=fraction, default=0.0,
             help="training loss against targets of 1 - e on the label and e / classes everywhere; 0: none")),
         Option("--model", ALL, dict(

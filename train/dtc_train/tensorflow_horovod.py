@@ -131,8 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     model = choice.build(len(data.classes))
     optimizer = hvd.DistributedOptimizer(
         keras.optimizers.SGD(learning_rate=args.learning_rate * size, momentum=args.momentum))
-    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+    model.compile(optimizer=optimizer, loss=tf_model.training_loss(args.label_smoothing), metrics=["accuracy"])
     observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, "horovod")
     backend = HorovodBackend(args, model, lambda epoch, first_step: iter(epoch_input(epoch, first_step)), data,
                              iter(_dataset(val_pipe, args.batch_size, device_id, shape)))

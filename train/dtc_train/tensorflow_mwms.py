@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         model = choice.build(len(data.classes))
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=args.learning_rate * replicas,
                                                      momentum=args.momentum),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+                      loss=tf_model.training_loss(args.label_smoothing), metrics=["accuracy"])
         model.optimizer.build(model.trainable_variables)
     resume = _restore_on_every_worker(strategy, args, model, is_chief, workers, allgather)
     observer = observe.Observer(args, task_id, workers, steps, global_batch, name)

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         sums = tuple(tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=tf.VariableAggregation.SUM)
                      for _ in loop.SUMS)
         optimizer.build(model.trainable_variables)   # its variables exist before a checkpoint is restored
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=keras.losses.Reduction.NONE)
+    loss_fn = tf_model.training_loss(args.label_smoothing, reduction=keras.losses.Reduction.NONE)
     loss_sum, correct, seen = sums
 
     @tf.function

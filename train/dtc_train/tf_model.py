@@ -96,6 +96,37 @@ def save(model: keras.Model, model_dir: str, choice: KerasChoice, classes: tuple
     common.log.info("saved %s", saved_model)
 
 
+def training_loss(label_smoothing: float = 0.0, reduction: str = keras.losses.Reduction.AUTO) -> keras.losses.Loss:
+    """The training loss of the TensorFlow trainers: cross-entropy of logits [N, K] (float) against
+    integer labels [N] or [N, 1], per sample ([N], float) before ``reduction``.
+
+    ``label_smoothing`` = e in [0, 1): the targets are 1 - e + e/K on the label and e/K elsewhere
+    (Szegedy et al. 2016), Keras' ``categorical_crossentropy(label_smoothing=e)`` on the one-hot
+    labels, which is ``torch.nn.functional.cross_entropy(label_smoothing=e)``'s formula, so
+    ``label-smoothing`` means the same on every built-in trainer. 0: Keras' sparse cross-entropy.
+    """
+    if not label_smoothing:
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
+    return SmoothedCrossentropy(label_smoothing, reduction=reduction)
+
+
+class SmoothedCrossentropy(keras.losses.Loss):
+    """Label-smoothed cross-entropy of logits against integer labels (``training_loss``)."""
+
+    def __init__(self, label_smoothing: float, reduction: str = keras.losses.Reduction.AUTO,
+                 name: str = "smoothed_crossentropy"):
+        super().__init__(reduction=reduction, name=name)
+        self.label_smoothing = label_smoothing
+
+    def call(self, labels, logits):
+        one_hot = tf.one_hot(tf.reshape(tf.cast(labels, tf.int32), [-1]), tf.shape(logits)[-1], dtype=logits.dtype)
+        return keras.losses.categorical_crossentropy(one_hot, logits, from_logits=True,
+                                                     label_smoothing=self.label_smoothing)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "label_smoothing": self.label_smoothing}
+
+
 def sparse_metrics(logits, labels) -> tuple[float, float]:
     """(summed cross-entropy, correct predictions) of logits [N, K] against int labels [N]."""
     loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
