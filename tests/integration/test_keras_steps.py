@@ -56,6 +56,32 @@ def test_label_smoothing_trains_on_the_smoothed_cross_entropy(smoothing):
     assert steps.train_step(1)[0] == pytest.approx(expected, rel=1e-5)
 
 
+def test_bf16_computes_the_layers_in_bfloat16_with_float32_variables_logits_and_loss():
+    """precision=bf16 on the TensorFlow trainers: Keras' mixed_bfloat16 policy for the model's
+    layers only (the global policy is restored), float32 variables and logits, and a step's loss
+    within bfloat16's rounding of the same step in float32."""
+    images = np.random.default_rng(0).random((8, *tf_model.IMAGE_SHAPE), dtype=np.float32)
+    labels = np.arange(8, dtype=np.int32)
+    tf.keras.utils.set_random_seed(0)
+    model = tf_model.KerasChoice.from_args("digits", None, "off", "bf16").build(10)
+    assert keras.mixed_precision.global_policy().name == "float32"
+    conv = next(layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D))
+    assert conv.compute_dtype == "bfloat16" and conv(images).dtype == tf.bfloat16
+    assert {v.dtype for v in model.trainable_variables} == {tf.float32} and model.output.dtype == tf.float32
+    reference = tf_model.KerasChoice.from_args("digits", None, "off").build(10)
+    reference.set_weights(model.get_weights())
+    losses = []
+    for each in (model, reference):
+        each.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1), loss=tf_model.training_loss(),
+                     metrics=["accuracy"])
+        steps = tf_checkpoint.KerasSteps(
+            each, lambda epoch, first: iter(tf.data.Dataset.from_tensor_slices((images, labels)).batch(8)), 8)
+        steps.begin_epoch(1, 0)
+        losses.append(steps.train_step(1)[0])
+    assert losses[0] != losses[1] and losses[0] == pytest.approx(losses[1], rel=0.02), losses   # 8-bit mantissa
+    assert {v.dtype for v in model.trainable_variables} == {tf.float32}
+
+
 def test_the_loops_rate_reaches_the_optimizer():
     model, images, labels = _model_and_batches()
     steps = tf_checkpoint.KerasSteps(

@@ -29,7 +29,7 @@ def test_the_defaults_and_values_are_parsed_once_into_their_types():
     (config.TENSORFLOW_PS, "dali-threads", "2"),
     (config.TENSORFLOW_PS, "progress-seconds", "5"),           # asynchronous steps: no progress within an epoch
     (config.TENSORFLOW_PS, "nonfinite-loss", "continue"),
-    (config.TENSORFLOW_HOROVOD, "precision", "bf16"),          # PyTorch's autocast
+    (config.TENSORFLOW_HOROVOD, "gradient-accumulation-steps", "2"),   # no TensorFlow accumulator
     (config.PYTORCH_DDP, "allreduce-compression", "fp16"),     # Horovod's
     (config.PYTORCH_HOROVOD, "data-parallel", "fsdp"),
     (config.PYTORCH_HOROVOD, "cpu-replicas", "2"),
@@ -41,6 +41,17 @@ def test_an_option_the_backend_does_not_apply_is_refused_naming_it_and_who_appli
     message = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"error: hyperparameter {flag} does not apply to {config.BACKENDS[backend]}: remove it from the job's " \
            "hyperparameters (it applies to " in message, message
+
+
+@pytest.mark.parametrize("backend", sorted(config.TENSORFLOW))
+def test_the_tensorflow_trainers_take_bf16_and_refuse_fp16_saying_why(backend, capsys):
+    assert config.parse(backend, ["--precision", "bf16"]).precision == "bf16"
+    with pytest.raises(SystemExit) as exited:
+        config.parse(backend, ["--precision", "fp16"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"error: hyperparameter precision=fp16 does not apply to {config.BACKENDS[backend]}: fp16 needs loss scaling, "
+        "which the TensorFlow trainers do not apply; use precision=bf16, which needs none")
 
 
 @pytest.mark.parametrize("backend", sorted(config.BACKENDS))

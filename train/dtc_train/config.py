@@ -38,6 +38,7 @@ BACKENDS = {
 }
 ALL = frozenset(BACKENDS)
 PYTORCH = frozenset({PYTORCH_HOROVOD, PYTORCH_DDP})
+TENSORFLOW = ALL - PYTORCH
 DALI = PYTORCH | {TENSORFLOW_HOROVOD}   # the backends whose input is a DALI pipeline
 SYNCHRONOUS = ALL - {TENSORFLOW_PS}      # every step on every rank: progress within an epoch, a step's loss
 
@@ -162,9 +163,11 @@ def _options() -> tuple[Option, ...]:
             type=positive_int, default=1,
             help="batches of batch-size per optimizer step, their gradients added up on each rank and averaged over "
                  "the ranks once per step; 1: none")),
-        Option("--precision", PYTORCH, dict(
+        Option("--precision", ALL, dict(
             choices=PRECISIONS, default="fp32",
-            help="fp32; bf16 or fp16: forward pass and loss under torch.autocast; fp16 adds dynamic loss scaling")),
+            help="fp32; bf16 or fp16: builtin:pytorch runs the forward pass and loss under torch.autocast, fp16 "
+                 "with dynamic loss scaling; builtin:tensorflow computes its layers in bf16 (Keras' mixed_bfloat16 "
+                 "policy) and refuses fp16")),
         Option("--label-smoothing", ALL, dict(
             type=fraction, default=0.0,
             help="training loss against targets of 1 - e on the label and e / classes everywhere; 0: none")),
@@ -258,8 +261,8 @@ def parse(backend: str, argv: list[str] | None = None, description: str = "") ->
 
     Raises:
         SystemExit: status 2 (argparse's), its message on stderr: an unknown option, a bad value
-            (naming the option and the value), or an option ``backend`` does not apply (naming it,
-            ``backend`` and the backends that apply it).
+            (naming the option and the value), an option ``backend`` does not apply (naming it,
+            ``backend`` and the backends that apply it), or precision=fp16 on a TensorFlow backend.
     """
     options = _options()
     parser = _parser(description or BACKENDS[backend], options, given_only=False)
@@ -270,4 +273,7 @@ def parse(backend: str, argv: list[str] | None = None, description: str = "") ->
             parser.error(
                 f"hyperparameter {option.flag.lstrip('-')} does not apply to {BACKENDS[backend]}: remove it from the "
                 f"job's hyperparameters (it applies to {'; '.join(BACKENDS[b] for b in sorted(option.backends))})")
+    if values["precision"] == "fp16" and backend in TENSORFLOW:
+        parser.error(f"hyperparameter precision=fp16 does not apply to {BACKENDS[backend]}: fp16 needs loss "
+                     "scaling, which the TensorFlow trainers do not apply; use precision=bf16, which needs none")
     return TrainerConfig(backend=backend, **values)

@@ -102,7 +102,7 @@ EPOCH_SEED_STRIDE = 1_000_003   # DALI seed offset per epoch (seeds stay distinc
 
 def main(argv: list[str] | None = None) -> int:
     args = config.parse(config.TENSORFLOW_HOROVOD, argv, __doc__.split("\n\n")[0])
-    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment)
+    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment, args.precision)
     stop_request = stop.StopRequest()
     hvd.init()
     rank, size = hvd.rank(), hvd.size()

@@ -205,7 +205,7 @@ def choose_strategy(cpu_replicas: int) -> tuple[tf.distribute.Strategy, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = config.parse(config.TENSORFLOW_MIRRORED, argv, __doc__.split("\n\n")[0])
-    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment)
+    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment, args.precision)
     stop_request = stop.StopRequest()
     strategy, name = choose_strategy(args.cpu_replicas)
     stop_request.install()   # back from TensorFlow's own SIGTERM handler (StopRequest.install)

@@ -94,7 +94,7 @@ class ParameterServerBackend:
 
 def main(argv: list[str] | None = None) -> int:
     args = config.parse(config.TENSORFLOW_PS, argv, __doc__.split("\n\n")[0])
-    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment)
+    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment, args.precision)
     stop_request = stop.StopRequest()
     common.configure_logging(0)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()

@@ -17,6 +17,9 @@ from .dali_data import ImageSpec, input_spec
 DIGITS = "digits"
 
 IMAGE_SHAPE = (8, 8, 1)   # height, width, channels; float32 in [0, 1]
+# precision (dtc_train.config.PRECISIONS) -> Keras' dtype policy. fp16 is not offered: it needs loss
+# scaling, which the Horovod and parameter-server steps would each have to apply (config refuses it).
+POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 NUM_CLASSES = 10
 
 
@@ -51,25 +54,48 @@ class KerasChoice:
 
     name: str
     images: ImageSpec
+    precision: str = "fp32"
 
     @classmethod
-    def from_args(cls, model: str, image_size: int | None, augment: str) -> "KerasChoice":
-        """Checks and combines ``model``, ``image-size`` and ``augment`` (``dali_data.input_spec``).
+    def from_args(cls, model: str, image_size: int | None, augment: str, precision: str = "fp32"
+                  ) -> "KerasChoice":
+        """Checks and combines ``model``, ``image-size``, ``augment`` (``dali_data.input_spec``)
+        and ``precision`` (``POLICIES``).
 
         Raises:
             ValueError: an unknown architecture (the closest names given), an image size below 1,
-                or the digits CNN at another size than 8.
+                the digits CNN at another size than 8, or a precision without a policy.
         """
+        if precision not in POLICIES:
+            raise ValueError(f"precision={precision!r}: the TensorFlow trainers compute in {' or '.join(POLICIES)}")
         if model != DIGITS and model not in keras_architectures():
             close = difflib.get_close_matches(model, keras_architectures(), n=3) or keras_architectures()[:5]
             raise ValueError(f"model={model!r} is neither {DIGITS!r} nor a keras.applications architecture "
                              f"(closest: {', '.join(close)})")
         return cls(model, input_spec(model == DIGITS, image_size, augment,
-                                     "a keras.applications architecture (model=ResNet50, ...)"))
+                                     "a keras.applications architecture (model=ResNet50, ...)"), precision)
 
     def build(self, num_classes: int) -> keras.Model:
-        """The untrained model: images float32 [B, S, S, C] -> logits [B, num_classes] (the
-        caller seeds TensorFlow, so every rank builds the same weights)."""
+        """The untrained model: images float32 [B, S, S, C] -> logits float32 [B, num_classes]
+        (the caller seeds TensorFlow, so every rank builds the same weights).
+
+        Its layers compute in ``precision`` (Keras' dtype policy ``POLICIES[precision]``, set
+        while they are built and restored after): under bf16 they compute in bfloat16 and keep
+        float32 variables, so gradients and the optimizer stay float32, and a final float32
+        ``Activation`` returns the logits in float32 for the loss (Keras' mixed-precision guide).
+        """
+        previous = keras.mixed_precision.global_policy()
+        keras.mixed_precision.set_global_policy(POLICIES[self.precision])
+        try:
+            model = self._build(num_classes)
+        finally:
+            keras.mixed_precision.set_global_policy(previous)
+        if model.output.dtype == tf.float32:
+            return model
+        logits = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(model.output)
+        return keras.Model(model.inputs, logits, name=model.name)
+
+    def _build(self, num_classes: int) -> keras.Model:
         if self.name == DIGITS:
             return build_model(num_classes)
         build = getattr(keras.applications, self.name)
@@ -88,7 +114,7 @@ def save(model: keras.Model, model_dir: str, choice: KerasChoice, classes: tuple
     common.atomic_write_tree(saved_model, lambda tmp: model.save(tmp, save_format="tf", include_optimizer=False))
     common.write_json(os.path.join(model_dir, "model.json"), {
         "framework": "tensorflow", "format": "SavedModel", "path": "1", "model": choice.name,
-        "input_shape": list(choice.images.shape("HWC")),
+        "input_shape": list(choice.images.shape("HWC")), "precision": choice.precision,
         "input_normalization": {"mean": list(choice.images.mean), "std": list(choice.images.std),
                                 "formula": "(pixel - mean) / std, pixel in 0..255"},
         "eval_resize": choice.images.eval_resize, "classes": list(classes), "val_accuracy": val_accuracy,
