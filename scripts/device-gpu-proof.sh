@@ -27,7 +27,10 @@
 # and B4 (busbw over several GPUs) are not proved there.
 #
 # Env: WORK (default /tmp/gpuproof), PYTHON (default python3), CUDA_ARCH (default: the GPU's, e.g. 90),
-# QUICK=1 (run: one epoch per job, the suite's --quick; to rehearse `run` on a CPU machine).
+# QUICK=1 (run: one epoch per job, the suite's --quick; to rehearse `run` on a CPU machine);
+# prepare: HOST_PYTHON (default .venv/bin/python), DALI_ARCHIVE (a dali.tar.zst made before, to skip
+# the 10-minute compression). prepare needs Debian's zstd and unzip, which `make setup` does not
+# install: no test runs this script (it needs a lent GPU machine).
 set -uo pipefail
 REPO_DIR="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="${WORK:-/tmp/gpuproof}"

@@ -93,11 +93,13 @@ def checkpoint_schedule(text: str) -> stop.Schedule:
 
 @dataclass(frozen=True)
 class Option:
-    """One hyperparameter: its flag, the backends that apply it, and ``argparse``'s settings."""
+    """One hyperparameter: its flag, the backends that apply it, ``argparse``'s settings, and
+    values some of those backends refuse: ``(value, backends, why)`` each."""
 
     flag: str
     backends: frozenset[str]
     settings: dict = field(default_factory=dict)
+    refused: tuple[tuple[object, frozenset[str], str], ...] = ()
 
     @property
     def dest(self) -> str:
@@ -167,7 +169,9 @@ def _options() -> tuple[Option, ...]:
             choices=PRECISIONS, default="fp32",
             help="fp32; bf16 or fp16: builtin:pytorch runs the forward pass and loss under torch.autocast, fp16 "
                  "with dynamic loss scaling; builtin:tensorflow computes its layers in bf16 (Keras' mixed_bfloat16 "
-                 "policy) and refuses fp16")),
+                 "policy) and refuses fp16"),
+            refused=(("fp16", TENSORFLOW, "fp16 needs loss scaling, which the TensorFlow trainers do not apply; "
+                                          "use precision=bf16, which needs none"),)),
         Option("--label-smoothing", ALL, dict(
             type=fraction, default=0.0,
             help="training loss against targets of 1 - e on the label and e / classes everywhere; 0: none")),
@@ -262,7 +266,8 @@ def parse(backend: str, argv: list[str] | None = None, description: str = "") ->
     Raises:
         SystemExit: status 2 (argparse's), its message on stderr: an unknown option, a bad value
             (naming the option and the value), an option ``backend`` does not apply (naming it,
-            ``backend`` and the backends that apply it), or precision=fp16 on a TensorFlow backend.
+            ``backend`` and the backends that apply it), or a value ``backend`` refuses (``Option.refused``:
+            precision=fp16 on a TensorFlow backend).
     """
     options = _options()
     parser = _parser(description or BACKENDS[backend], options, given_only=False)
@@ -273,7 +278,8 @@ def parse(backend: str, argv: list[str] | None = None, description: str = "") ->
             parser.error(
                 f"hyperparameter {option.flag.lstrip('-')} does not apply to {BACKENDS[backend]}: remove it from the "
                 f"job's hyperparameters (it applies to {'; '.join(BACKENDS[b] for b in sorted(option.backends))})")
-    if values["precision"] == "fp16" and backend in TENSORFLOW:
-        parser.error(f"hyperparameter precision=fp16 does not apply to {BACKENDS[backend]}: fp16 needs loss "
-                     "scaling, which the TensorFlow trainers do not apply; use precision=bf16, which needs none")
+        for value, backends, why in option.refused:
+            if values[option.dest] == value and backend in backends:
+                parser.error(f"hyperparameter {option.flag.lstrip('-')}={value} does not apply to "
+                             f"{BACKENDS[backend]}: {why}")
     return TrainerConfig(backend=backend, **values)
