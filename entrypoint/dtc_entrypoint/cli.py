@@ -168,9 +168,10 @@ def _serve_mpi_worker(config: job_config.JobConfig, plan: launch.LaunchPlan, pro
     failed = [note for note in rank_shim.recorded_outcomes() if note["exit_code"]]
     unfinished = ", ".join(map(str, rank_shim.unfinished(plan.ranks)))
     if failed or unfinished:
+        master_up = peers.accepts(plan.master_host, mpi_hosts.SSH_PORT)
         if failed:
             text, code = failed[0]["text"], failed[0]["exit_code"]
-        elif not peers.accepts(plan.master_host, mpi_hosts.SSH_PORT):   # mpirun's daemon lost the master
+        elif not master_up:   # mpirun's daemon lost the master
             text, code = report.lost_host(plan.master_host, f"mpirun's daemon here lost it and ended rank {unfinished} "
                                                             "before they finished"), EXIT_PEER_ERROR
         else:
@@ -179,6 +180,10 @@ def _serve_mpi_worker(config: job_config.JobConfig, plan: launch.LaunchPlan, pro
         report.write_failure(config.output_dir, text + "\n\nThe master host's failure file has the job's whole "
                              "account (its mpirun saw every rank's output).\n")
         log.error("training failed on this host: %s", text)
+        if master_up:   # the master is ending the job: its account (every rank's output) goes out first
+            wait_s = _env_seconds("DTC_MPI_WORKER_MASTER_EXIT_WAIT_S", 60)
+            log.info("waiting up to %.0f s for the master %s to exit first", wait_s, plan.master_host)
+            mpi_hosts.wait_for_master_to_exit(plan.master_host, wait_s)
         return code
     report.write_success(config.output_dir)
     return 0

@@ -48,6 +48,37 @@ def wait_for_workers(workers: list[str], timeout_s: float) -> None:
     peers.wait_for_ports(workers, SSH_PORT, timeout_s, "ssh", "raise DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S")
 
 
+def wait_for_master_to_exit(master_host: str, timeout_s: float, port: int = SSH_PORT, poll_s: float = 1.0,
+                            clock: Callable[[], float] = time.monotonic) -> bool:
+    """A worker host's last wait after its ranks failed or were ended by the master's mpirun: until
+    the master's sshd (``port``) stops answering (its container has exited), ``timeout_s`` seconds have
+    passed, or SIGTERM/SIGINT arrives (its job is being stopped), whichever comes first.
+
+    The master's mpirun collected every rank's output and its ``train`` writes the job's whole
+    account; a worker that exits first can cut that account short where the first container to
+    exit stops the others: the SageMaker SDK's local mode runs ``docker compose up
+    --abort-on-container-exit`` (``sagemaker/local/image.py``), which stops the master before its
+    log has reached compose (seen: a two-host job's traceback ending after its first line).
+
+    Returns:
+        whether the master's sshd stopped answering within ``timeout_s``.
+    """
+    stopped: list[int] = []
+
+    def on_stop(signum, _frame):
+        stopped.append(signum)
+
+    previous = {sig: signal.signal(sig, on_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        deadline = clock() + timeout_s
+        gone = peers.watch_until_one_closes([(master_host, port)], closed_checks=1, poll_s=poll_s,
+                                            stop=lambda: bool(stopped) or clock() > deadline)
+        return gone is not None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _orted() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["name"]) if p.info["name"] == "orted"]
 

@@ -144,5 +144,8 @@ def test_sdk_local_mode_reports_a_failed_job_as_failed_with_docker(engine, image
     # the containers' output (compose prefixes each line with the host's container; the SDK's own
     # traceback, which fills the end of the log, is left out of the message)
     containers = "\n".join(line for line in log.splitlines() if "algo-" in line)
-    assert "ValueError: learning rate must be positive" in log, containers[-8000:]
+    # mpirun --tag-output tags each piece it reads, and Python writes a traceback's line in pieces
+    # (seen: "[1,0]<stderr>:    [1,0]<stderr>:main()"): the line is looked for with the tags removed
+    untagged = re.sub(r"\[\d+,\d+\]<std(?:err|out)>:", "", log)
+    assert "ValueError: learning rate must be positive" in untagged, containers[-8000:]
     assert not [line for line in done.stdout.splitlines() if line.startswith("{")]   # no result printed
