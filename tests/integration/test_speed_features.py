@@ -1,10 +1,12 @@
-"""Speed and regularisation features of the PyTorch trainers (#19 item 3), each shown to change
-what it claims: gradient accumulation takes a k times larger batch's step with one reduction per
-step, Horovod's fp16 allreduce compression averages float16 values, label smoothing computes the
-smoothed cross-entropy. (precision: test_precision.py; the learning-rate schedule:
+"""Speed and regularisation features of the PyTorch trainers, and gradient accumulation of the
+TensorFlow Horovod trainer (#19 item 3), each shown to change what it claims: gradient
+accumulation takes a k times larger batch's step with one reduction per step, Horovod's fp16
+allreduce compression averages float16 values, label smoothing computes the smoothed
+cross-entropy. (precision: test_precision.py; the learning-rate schedule:
 tests/unit/test_lr_schedule.py and the rate of the last step in test_architectures.py.)"""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -38,6 +40,29 @@ def test_gradient_accumulation_takes_the_larger_batchs_step_with_one_reduction_p
     per_step = result["reductions_per_step"]
     if backend != "fsdp":   # (FSDP2's reduce-scatters are not counted: local_until_last covers them)
         assert per_step["4"] == per_step["1"] >= 1, result            # not 4 times as many
+
+
+def test_tensorflow_horovod_gradient_accumulation_takes_the_larger_batchs_step_with_one_allreduce_per_step(
+        tmp_path):
+    """builtin:tensorflow under mpi: gradient-accumulation-steps=4 on batches of 8 (Horovod's
+    backward_passes_per_step through the trainer's KerasSteps) against batches of 32 holding the
+    same samples (tests/programs/tf_gradient_accumulation.py): equal weights after 3 steps, and
+    Horovod's timeline shows one allreduce per gradient tensor per step in both runs (4 per step
+    in the accumulating run would be per micro-batch)."""
+    timeline = tmp_path / "timeline.json"
+    argv = [str(BIN / "mpirun"), "-np", str(RANKS), "--host", f"localhost:{RANKS}", "-x", "HOROVOD_TIMELINE",
+            sys.executable, str(PROGRAMS / "tf_gradient_accumulation.py")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "HOROVOD_TIMELINE": str(timeline)})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert sorted(r["rank"] for r in results) == list(range(RANKS))
+    for result in results:
+        assert result["max_weight_change"] > 1e-3, result
+        assert result["max_weight_difference"] <= 1e-6, result
+        assert result["samples"] == [96.0, 96.0], result    # 3 steps of 32 samples each way
+    # the digits network's 8 gradient tensors (4 layers' kernels and biases), 3 steps, 2 runs
+    assert timeline.read_text().count('"name": "ALLREDUCE"') == 8 * 3 * 2
 
 
 def _compressed_step(compression: str, out_dir) -> list[dict]:

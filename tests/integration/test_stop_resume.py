@@ -85,15 +85,18 @@ def test_a_job_stopped_at_a_random_moment_resumes_where_it_stopped(case, digits_
     check_stop_and_resume(case, digits_channels, tmp_path)
 
 
-def test_a_job_accumulating_gradients_stopped_at_a_random_moment_resumes_where_it_stopped(digits_channels, tmp_path):
-    """Steps of 2 batches each (gradient-accumulation-steps) under DDP: the stop, the checkpoint
-    and the resumed data position fall on optimizer steps, never between a step's batches
-    (Horovod's accumulation, proven against the larger batch in test_speed_features.py, resumes
-    through the same loop and checkpoint; its run here took 3.7 minutes of CI). Twice the
-    epochs, so that the job takes as many steps as the others and a stop lands before its end,
-    and twice the learning rate for twice the samples per step (the linear scaling rule, which
-    the trainer leaves to the user under accumulation)."""
-    full_log, accuracy = check_stop_and_resume("torchrun-ddp", digits_channels, tmp_path, epochs=2 * EPOCHS,
+@pytest.mark.parametrize("case", ["torchrun-ddp", "mpi-tensorflow"])
+def test_a_job_accumulating_gradients_stopped_at_a_random_moment_resumes_where_it_stopped(case, digits_channels,
+                                                                                          tmp_path):
+    """Steps of 2 batches each (gradient-accumulation-steps) under DDP and under Horovod with
+    tf-keras (backward_passes_per_step): the stop, the checkpoint and the resumed data position
+    fall on optimizer steps, never between a step's batches (PyTorch's Horovod accumulation, proven
+    against the larger batch in test_speed_features.py, resumes through the same loop and
+    checkpoint as DDP's; its run here took 3.7 minutes of CI). Twice the epochs, so that the job
+    takes as many steps as the others and a stop lands before its end, and twice the learning rate
+    for twice the samples per step (the linear scaling rule, which the trainer leaves to the user
+    under accumulation)."""
+    full_log, accuracy = check_stop_and_resume(case, digits_channels, tmp_path, epochs=2 * EPOCHS,
                                                **{"gradient-accumulation-steps": 2, "learning-rate": 0.02})
     assert re.search(r"gradient accumulation: 2 micro-batches of 32 per optimizer step on each rank \(128 samples per "
                      r"step over 2 ranks\), \d+ steps per epoch", full_log), full_log[-3000:]

@@ -76,6 +76,30 @@ class Resume:
     plateau: dict | None = None
 
 
+def optimizer_steps(batches_per_epoch: int, micro_batches: int, batch_size: int) -> int:
+    """Optimizer steps per epoch under gradient accumulation (``--gradient-accumulation-steps``
+    = ``micro_batches``) for ``batches_per_epoch`` batches per rank (the same on every rank): whole
+    groups of ``micro_batches``; the batches left over start the next epoch (the readers are endless).
+
+    Raises:
+        ValueError: fewer batches per epoch than ``micro_batches``, naming the hyperparameters.
+    """
+    if batches_per_epoch < micro_batches:
+        raise ValueError(
+            f"gradient-accumulation-steps={micro_batches} is more than the {batches_per_epoch} batches of "
+            f"batch-size {batch_size} each rank reads per epoch: lower gradient-accumulation-steps or batch-size")
+    return batches_per_epoch // micro_batches
+
+
+def log_accumulation(micro_batches: int, batch_size: int, world_size: int, steps_per_epoch: int) -> None:
+    """Rank 0's line saying how a step accumulates (nothing for ``micro_batches`` 1)."""
+    if micro_batches > 1:
+        common.log.info("gradient accumulation: %d micro-batches of %d per optimizer step on each rank (%d samples "
+                        "per step over %d ranks), %d steps per epoch, the gradients averaged over the ranks once per "
+                        "step", micro_batches, batch_size, batch_size * micro_batches * world_size, world_size,
+                        steps_per_epoch)
+
+
 class Backend(Protocol):
     """One way of training, as the loop drives it. Every method is called by every rank at the
     same point (those marked collective run collectives).

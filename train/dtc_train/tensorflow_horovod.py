@@ -66,10 +66,12 @@ class HorovodBackend(tf_checkpoint.KerasSteps):
     every rank's DALI shard, and rank 0 writing the checkpoint."""
 
     def __init__(self, args, model: keras.Model, epoch_input, data: dali_data.RankData, val_batches):
-        super().__init__(model, epoch_input, args.batch_size)
+        micro_batches = args.gradient_accumulation_steps
+        super().__init__(model, epoch_input, args.batch_size, batches_per_step=micro_batches)
         self.args, self.data, self.val_batches = args, data, val_batches
         self.rank, self.world_size = hvd.rank(), hvd.size()
-        self.rate_scale, self.steps_per_epoch = self.world_size, data.steps_per_epoch
+        self.rate_scale = self.world_size
+        self.steps_per_epoch = loop.optimizer_steps(data.steps_per_epoch, micro_batches, args.batch_size)
 
     def total(self, sums: np.ndarray, name: str) -> np.ndarray:
         return hvd.allreduce(tf.constant(sums, tf.float64), op=hvd.Sum, name=name).numpy()
@@ -121,20 +123,27 @@ def main(argv: list[str] | None = None) -> int:
     shape = choice.images.shape("HWC")
     val_pipe = data.val_pipeline(args.batch_size, **pipeline_settings)
 
-    def epoch_input(epoch: int, first_step: int):
+    def epoch_input(epoch: int, first_batch: int):
         # one pipeline per epoch, its order from the seed and the epoch; a resumed epoch skips the
         # batches it had done (DALI's TensorFlow dataset cannot be restored from a DALI checkpoint)
         pipe = data.train_pipeline(args.batch_size, seed=args.seed + EPOCH_SEED_STRIDE * epoch,
                                    **pipeline_settings)
-        return _dataset(pipe, args.batch_size, device_id, shape).skip(first_step)
+        return _dataset(pipe, args.batch_size, device_id, shape).skip(first_batch)
 
     model = choice.build(len(data.classes))
+    micro_batches = args.gradient_accumulation_steps
+    # backward_passes_per_step: each rank adds up k batches' gradients, then one allreduce of
+    # their sum, divided by k (average_aggregated_gradients), and one optimizer step
     optimizer = hvd.DistributedOptimizer(
-        keras.optimizers.SGD(learning_rate=args.learning_rate * size, momentum=args.momentum))
+        keras.optimizers.SGD(learning_rate=args.learning_rate * size, momentum=args.momentum),
+        backward_passes_per_step=micro_batches, average_aggregated_gradients=True)
     model.compile(optimizer=optimizer, loss=tf_model.training_loss(args.label_smoothing), metrics=["accuracy"])
-    observer = observe.Observer(args, rank, size, data.steps_per_epoch, args.batch_size * size, "horovod")
-    backend = HorovodBackend(args, model, lambda epoch, first_step: iter(epoch_input(epoch, first_step)), data,
+    backend = HorovodBackend(args, model, lambda epoch, first_batch: iter(epoch_input(epoch, first_batch)), data,
                              iter(_dataset(val_pipe, args.batch_size, device_id, shape)))
+    observer = observe.Observer(args, rank, size, backend.steps_per_epoch, args.batch_size * micro_batches * size,
+                                "horovod")
+    if rank == 0:
+        loop.log_accumulation(micro_batches, args.batch_size, size, backend.steps_per_epoch)
     # every rank creates the optimizer's variables now, in the same order, so that the broadcast
     # below pairs rank 0's restored ones with the others' (created lazily they are named apart)
     model.optimizer.build(model.trainable_variables)

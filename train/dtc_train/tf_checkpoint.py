@@ -95,33 +95,42 @@ class KerasSteps:
 
     Args:
         model: compiled with ``loss`` and the ``accuracy`` metric.
-        epoch_input: ``(epoch, first_step) -> iterator`` of epoch ``epoch``'s (0-based) batches
-            from its step ``first_step`` on, as the train function takes them (a distributed
+        epoch_input: ``(epoch, first_batch) -> iterator`` of epoch ``epoch``'s (0-based) batches
+            from its batch ``first_batch`` on, as the train function takes them (a distributed
             iterator under a strategy).
-        step_samples: the samples one step's ``loss`` and ``accuracy`` average over (per rank
-            under Horovod; every replica's under a mirrored strategy, whose metrics are global).
+        batch_samples: the samples one call of the train function takes and its ``loss`` and
+            ``accuracy`` average over (per rank under Horovod; every replica's under a mirrored
+            strategy, whose metrics are global).
+        batches_per_step: train-function calls (batches) per step: ``gradient-accumulation-steps``
+            under Horovod, whose ``DistributedOptimizer(backward_passes_per_step=k)`` adds up the
+            first ``k - 1`` batches' gradients locally and applies their mean with the ``k``-th's,
+            after one allreduce; 1 elsewhere.
     """
 
-    def __init__(self, model: keras.Model, epoch_input: Callable[[int, int], Iterator], step_samples: int):
-        self.model, self.epoch_input, self.step_samples = model, epoch_input, step_samples
+    def __init__(self, model: keras.Model, epoch_input: Callable[[int, int], Iterator], batch_samples: int,
+                 batches_per_step: int = 1):
+        self.model, self.epoch_input = model, epoch_input
+        self.batch_samples, self.batches_per_step = batch_samples, batches_per_step
         self.train_function = model.make_train_function()
         self.iterator: Iterator | None = None
-        self.steps, self.done = 0, np.zeros(len(loop.SUMS))
+        self.batches, self.done = 0, np.zeros(len(loop.SUMS))
 
     def begin_epoch(self, epoch: int, first_step: int) -> None:
         self.model.reset_metrics()   # as fit does per epoch: the metrics' means start over
-        self.iterator = self.epoch_input(epoch - 1, first_step)
-        self.steps, self.done = 0, np.zeros(len(loop.SUMS))
+        self.iterator = self.epoch_input(epoch - 1, first_step * self.batches_per_step)
+        self.batches, self.done = 0, np.zeros(len(loop.SUMS))
 
     def set_learning_rate(self, rate: float) -> None:
         self.model.optimizer.learning_rate.assign(rate)
 
     def train_step(self, global_step: int) -> np.ndarray:
-        """One step; its ``loop.SUMS`` from the change in the metrics' running means (Keras'
-        loss tracker weighs each batch by its samples; the correct count is a whole number)."""
-        logs = self.train_function(self.iterator)
-        self.steps += 1
-        samples = self.steps * self.step_samples
+        """One step (``batches_per_step`` batches); its ``loop.SUMS`` from the change in the
+        metrics' running means (Keras' loss tracker weighs each batch by its samples; the correct
+        count is a whole number)."""
+        for _ in range(self.batches_per_step):
+            logs = self.train_function(self.iterator)
+        self.batches += self.batches_per_step
+        samples = self.batches * self.batch_samples
         loss, accuracy = float(logs["loss"]), float(logs["accuracy"])
         correct = round(accuracy * samples) if math.isfinite(accuracy) else accuracy
         running = np.array([loss * samples, correct, samples], dtype=np.float64)

@@ -233,18 +233,8 @@ class Accumulation:
     local: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
 
     def optimizer_steps(self, batches_per_epoch: int, batch_size: int) -> int:
-        """The optimizer steps per epoch for ``batches_per_epoch`` batches per rank (the same on
-        every rank): whole groups of ``micro_batches``; the batches left over start the next
-        epoch (the reader is endless).
-
-        Raises:
-            ValueError: fewer batches per epoch than ``micro_batches``.
-        """
-        if batches_per_epoch < self.micro_batches:
-            raise ValueError(
-                f"gradient-accumulation-steps={self.micro_batches} is more than the {batches_per_epoch} batches of "
-                f"batch-size {batch_size} each rank reads per epoch: lower gradient-accumulation-steps or batch-size")
-        return batches_per_epoch // self.micro_batches
+        """``loop.optimizer_steps`` for ``micro_batches``. Raises its ValueError."""
+        return loop.optimizer_steps(batches_per_epoch, self.micro_batches, batch_size)
 
 
 NO_ACCUMULATION = Accumulation()
@@ -615,11 +605,8 @@ def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankD
     if rank == 0 and precision.dtype is not None:
         common.log.info("precision %s: forward pass and loss under torch.autocast(%s, %s)%s", precision.name,
                         device.type, precision.dtype, ", loss scaling (GradScaler)" if precision.scaler else "")
-    if rank == 0 and accumulation.micro_batches > 1:
-        common.log.info("gradient accumulation: %d micro-batches of %d per optimizer step on each rank (%d samples "
-                        "per step over %d ranks), %d steps per epoch, the gradients averaged over the ranks once per "
-                        "step", accumulation.micro_batches, args.batch_size,
-                        args.batch_size * accumulation.micro_batches * size, size, backend.steps_per_epoch)
+    if rank == 0:
+        loop.log_accumulation(accumulation.micro_batches, args.batch_size, size, backend.steps_per_epoch)
     try:
         val_accuracy = loop.fit(loop.Rules.of(args), backend, observer, stop_request, position)
     except stop.Stopped as stopped:
