@@ -1,5 +1,5 @@
 """Speed and regularisation features of the PyTorch trainers, and gradient accumulation of the
-TensorFlow Horovod trainer (#19 item 3), each shown to change what it claims: gradient
+TensorFlow Horovod and mirrored trainers (#19 item 3), each shown to change what it claims: gradient
 accumulation takes a k times larger batch's step with one reduction per step, Horovod's fp16
 allreduce compression averages float16 values, label smoothing computes the smoothed
 cross-entropy. (precision: test_precision.py; the learning-rate schedule:
@@ -51,7 +51,7 @@ def test_tensorflow_horovod_gradient_accumulation_takes_the_larger_batchs_step_w
     in the accumulating run would be per micro-batch)."""
     timeline = tmp_path / "timeline.json"
     argv = [str(BIN / "mpirun"), "-np", str(RANKS), "--host", f"localhost:{RANKS}", "-x", "HOROVOD_TIMELINE",
-            sys.executable, str(PROGRAMS / "tf_gradient_accumulation.py")]
+            sys.executable, str(PROGRAMS / "tf_gradient_accumulation.py"), "horovod"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL,
                           env={**os.environ, "HOROVOD_TIMELINE": str(timeline)})
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -63,6 +63,23 @@ def test_tensorflow_horovod_gradient_accumulation_takes_the_larger_batchs_step_w
         assert result["samples"] == [96.0, 96.0], result    # 3 steps of 32 samples each way
     # the digits network's 8 gradient tensors (4 layers' kernels and biases), 3 steps, 2 runs
     assert timeline.read_text().count('"name": "ALLREDUCE"') == 8 * 3 * 2
+
+
+def test_mirrored_gradient_accumulation_takes_the_larger_batchs_step_applying_once_per_step(tmp_path):
+    """builtin:tensorflow under a mirrored strategy (tensorflow_mwms.accumulating_train_functions),
+    2 logical CPU replicas: 3 steps of 4 global batches of 8 end with the weights of 3 steps of
+    global batches of 32 holding the same samples, every sample counted, and the weights move
+    only on a step's last batch (the strategy all-reduces the gradients in apply_gradients, which
+    only that batch's function calls)."""
+    done = subprocess.run([sys.executable, str(PROGRAMS / "tf_gradient_accumulation.py"), "mirrored"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    [result] = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert result["world_size"] == 2
+    assert result["max_weight_change"] > 1e-3, result
+    assert result["max_weight_difference"] <= 1e-6, result
+    assert result["samples"] == [96.0, 96.0], result
+    assert result["moved_only_on_last_batch"] is True, result
 
 
 def _compressed_step(compression: str, out_dir) -> list[dict]:

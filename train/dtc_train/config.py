@@ -161,11 +161,10 @@ def _options() -> tuple[Option, ...]:
             type=step_range, metavar="A:B", default=None,
             help="rank 0 records a torch.profiler trace of the job's optimizer steps A to B (1-based, counted over "
                  "epochs) into tensorboard-dir")),
-        Option("--gradient-accumulation-steps", PYTORCH | {TENSORFLOW_HOROVOD}, dict(
+        Option("--gradient-accumulation-steps", PYTORCH | {TENSORFLOW_HOROVOD, TENSORFLOW_MIRRORED}, dict(
             type=positive_int, default=1,
-            help="batches of batch-size per optimizer step, their gradients added up on each rank and averaged over "
-                 "the ranks once per step (builtin:tensorflow: under mpi, Horovod's backward_passes_per_step); "
-                 "1: none")),
+            help="batches of batch-size per optimizer step, their gradients added up on each rank (replica) and "
+                 "averaged over the ranks once per step; 1: none")),
         Option("--precision", ALL, dict(
             choices=PRECISIONS, default="fp32",
             help="fp32; bf16 or fp16: builtin:pytorch runs the forward pass and loss under torch.autocast, fp16 "

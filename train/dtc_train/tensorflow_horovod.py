@@ -67,7 +67,7 @@ class HorovodBackend(tf_checkpoint.KerasSteps):
 
     def __init__(self, args, model: keras.Model, epoch_input, data: dali_data.RankData, val_batches):
         micro_batches = args.gradient_accumulation_steps
-        super().__init__(model, epoch_input, args.batch_size, batches_per_step=micro_batches)
+        super().__init__(model, epoch_input, args.batch_size, (model.make_train_function(),) * micro_batches)
         self.args, self.data, self.val_batches = args, data, val_batches
         self.rank, self.world_size = hvd.rank(), hvd.size()
         self.rate_scale = self.world_size

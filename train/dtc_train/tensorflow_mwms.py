@@ -27,7 +27,8 @@ uninterrupted job would have read (each epoch shuffled by the seed and the epoch
 done skipped).
 
 Hyperparameters: ``dtc_train.config`` (backend ``tensorflow_mwms``; ``batch-size`` is per
-replica), ``cpu-replicas`` (above) among them. The loop's rules (stop, checkpoint, learning-rate
+replica), ``cpu-replicas`` (above) among them; ``gradient-accumulation-steps`` replaces Keras'
+train function with ``accumulating_train_functions``. The loop's rules (stop, checkpoint, learning-rate
 schedule, early stopping, non-finite loss) are ``dtc_train.loop``'s.
 """
 
@@ -70,11 +71,14 @@ class MirroredBackend(tf_checkpoint.KerasSteps):
     """
 
     def __init__(self, args, model: keras.Model, strategy: tf.distribute.Strategy, epoch_input, task_id: int,
-                 workers: int, steps_per_epoch: int, validation: tuple[np.ndarray, np.ndarray],
+                 workers: int, batches_per_epoch: int, validation: tuple[np.ndarray, np.ndarray],
                  sum_over_workers: Callable[[list[float]], np.ndarray] | None):
-        super().__init__(model, epoch_input, args.batch_size * strategy.num_replicas_in_sync)
+        micro_batches = args.gradient_accumulation_steps
+        super().__init__(model, epoch_input, args.batch_size * strategy.num_replicas_in_sync,
+                         accumulating_train_functions(model, strategy, micro_batches) if micro_batches > 1 else None)
         self.args, self.strategy, self.validation, self.sum_over_workers = args, strategy, validation, sum_over_workers
-        self.rank, self.world_size, self.steps_per_epoch = task_id, workers, steps_per_epoch
+        self.rank, self.world_size = task_id, workers
+        self.steps_per_epoch = loop.optimizer_steps(batches_per_epoch, micro_batches, args.batch_size)
         self.rate_scale = strategy.num_replicas_in_sync
 
     def total(self, sums: np.ndarray, name: str) -> np.ndarray:
@@ -99,6 +103,57 @@ class MirroredBackend(tf_checkpoint.KerasSteps):
         if self.rank == 0:
             tf_checkpoint.save(self.args.checkpoint_dir, self.model, self.model.optimizer, epoch, step, train_sums,
                                plateau_state)
+
+
+def accumulating_train_functions(model: keras.Model, strategy: tf.distribute.Strategy,
+                                 micro_batches: int) -> tuple[Callable, ...]:
+    """``gradient-accumulation-steps`` = ``micro_batches`` (k) under a mirrored strategy: the
+    train functions of one optimizer step's ``k`` batches (``tf_checkpoint.KerasSteps``), each
+    ``iterator -> logs`` like Keras' own ``model.train_function``.
+
+    Each runs Keras' ``train_step`` on one batch (``model.compute_loss``, scaled by the strategy's
+    replicas as Keras scales it, and ``model.compute_metrics``, so the logs are Keras'), but adds
+    the gradients to per-replica accumulators (``ON_READ`` variables, local to each replica)
+    instead of applying them; the ``k``-th then applies the accumulators divided by ``k`` with
+    ``optimizer.apply_gradients``, where the strategy all-reduces them, once per step, and zeroes
+    them. Two ``tf.function``s, not one with a condition: ``apply_gradients`` synchronizes the
+    replicas (``merge_call``), which a branch of a replica's ``tf.cond`` cannot. tf-keras'
+    optimizers have no accumulation of their own (Keras 3's ``gradient_accumulation_steps`` is
+    not in tf-keras 2.21).
+
+    Returns:
+        ``k - 1`` accumulating functions (the same one) and the applying one.
+    """
+    variables = model.trainable_variables
+    with strategy.scope():
+        accumulators = [tf.Variable(tf.zeros_like(variable), trainable=False,
+                                    synchronization=tf.VariableSynchronization.ON_READ,
+                                    aggregation=tf.VariableAggregation.NONE) for variable in variables]
+
+    def replica_step(data, apply: bool):
+        images, labels = data
+        with tf.GradientTape() as tape:
+            predictions = model(images, training=True)
+            loss = model.compute_loss(images, labels, predictions)
+        for accumulator, gradient in zip(accumulators, tape.gradient(loss, variables), strict=True):
+            accumulator.assign_add(gradient)
+        if apply:
+            model.optimizer.apply_gradients(
+                [(accumulator / micro_batches, variable) for accumulator, variable in zip(accumulators, variables,
+                                                                                          strict=True)])
+            for accumulator in accumulators:
+                accumulator.assign(tf.zeros_like(accumulator))
+        return model.compute_metrics(images, labels, predictions, None)
+
+    def train_function(apply: bool) -> Callable:
+        @tf.function
+        def run(iterator):
+            logs = strategy.run(replica_step, args=(next(iterator), apply))
+            # Keras' metric results are global already (read across the replicas): any replica's
+            return tf.nest.map_structure(lambda value: strategy.experimental_local_results(value)[0], logs)
+        return run
+
+    return (train_function(False),) * (micro_batches - 1) + (train_function(True),)
 
 
 def _sum_of_contributions(strategy: tf.distribute.Strategy, value, contributes: Callable) -> np.ndarray:
@@ -236,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
 
-    def epoch_input(epoch: int, first_step: int):
-        # epoch's global batches, shuffled by the seed and the epoch, from first_step on: what an
+    def epoch_input(epoch: int, first_batch: int):
+        # epoch's global batches, shuffled by the seed and the epoch, from first_batch on: what an
         # uninterrupted job reads
         shuffled = (tf.data.Dataset.from_tensor_slices((train_images, train_labels))
                     .shuffle(len(train_labels), seed=args.seed + epoch).repeat())
@@ -246,10 +301,10 @@ def main(argv: list[str] | None = None) -> int:
                 sample[0], tf.stack([tf.constant(args.seed + epoch, tf.int64), index]), spec.size), sample[1]))
         if not data.train.host_sharded:
             return iter(strategy.experimental_distribute_dataset(
-                shuffled.batch(global_batch, drop_remainder=True).skip(first_step).with_options(options)))
+                shuffled.batch(global_batch, drop_remainder=True).skip(first_batch).with_options(options)))
         # this worker's part only, its replicas taking successive batches (no sharding by the strategy)
         return iter(strategy.distribute_datasets_from_function(
-            lambda _context: shuffled.batch(args.batch_size, drop_remainder=True).skip(first_step * local_replicas)))
+            lambda _context: shuffled.batch(args.batch_size, drop_remainder=True).skip(first_batch * local_replicas)))
 
     with strategy.scope():
         model = choice.build(len(data.classes))
@@ -258,9 +313,12 @@ def main(argv: list[str] | None = None) -> int:
                       loss=tf_model.training_loss(args.label_smoothing), metrics=["accuracy"])
         model.optimizer.build(model.trainable_variables)
     resume = _restore_on_every_worker(strategy, args, model, is_chief, workers, allgather)
-    observer = observe.Observer(args, task_id, workers, steps, global_batch, name)
     backend = MirroredBackend(args, model, strategy, epoch_input, task_id, workers, steps, validation,
                               _worker_totals(strategy) if data.val.host_sharded else None)
+    micro_batches = args.gradient_accumulation_steps
+    observer = observe.Observer(args, task_id, workers, backend.steps_per_epoch, global_batch * micro_batches, name)
+    if is_chief:
+        loop.log_accumulation(micro_batches, args.batch_size, replicas, backend.steps_per_epoch)
     try:
         val_accuracy = loop.fit(loop.Rules.of(args), backend, observer, stop_request, resume)
     except stop.Stopped as stopped:

@@ -89,7 +89,8 @@ class KerasSteps:
     """The optimizer steps of a compiled tf-keras model, one ``model.train_function`` call each:
     exactly the step ``model.fit`` takes (under the model's distribution strategy: its replicas'
     gradients all-reduced; under Horovod: its ``DistributedOptimizer``'s allreduce), so training
-    goes through the loop's rules instead of Keras callbacks. The part of ``loop.Backend`` every
+    goes through the loop's rules instead of Keras callbacks; or, under gradient accumulation,
+    ``k`` calls of the given train functions, one batch each. The part of ``loop.Backend`` every
     TensorFlow backend with a Keras step shares; each adds ``total``, ``sum_scalar``,
     ``evaluate`` and ``save``.
 
@@ -101,17 +102,20 @@ class KerasSteps:
         batch_samples: the samples one call of the train function takes and its ``loss`` and
             ``accuracy`` average over (per rank under Horovod; every replica's under a mirrored
             strategy, whose metrics are global).
-        batches_per_step: train-function calls (batches) per step: ``gradient-accumulation-steps``
-            under Horovod, whose ``DistributedOptimizer(backward_passes_per_step=k)`` adds up the
-            first ``k - 1`` batches' gradients locally and applies their mean with the ``k``-th's,
-            after one allreduce; 1 elsewhere.
+        train_functions: one per batch of a step, in order, each ``iterator -> logs`` (the model's
+            metrics, as ``model.train_function`` returns them) under ``gradient-accumulation-steps``
+            = ``k``: Keras' own ``k`` times under Horovod, whose
+            ``DistributedOptimizer(backward_passes_per_step=k)`` adds up the first ``k - 1``
+            batches' gradients locally and applies their mean with the ``k``-th's, after one
+            allreduce; ``tensorflow_mwms.accumulating_train_functions`` under a strategy. Default:
+            Keras' ``model.make_train_function()`` alone.
     """
 
     def __init__(self, model: keras.Model, epoch_input: Callable[[int, int], Iterator], batch_samples: int,
-                 batches_per_step: int = 1):
-        self.model, self.epoch_input = model, epoch_input
-        self.batch_samples, self.batches_per_step = batch_samples, batches_per_step
-        self.train_function = model.make_train_function()
+                 train_functions: tuple[Callable, ...] | None = None):
+        self.model, self.epoch_input, self.batch_samples = model, epoch_input, batch_samples
+        self.train_functions = train_functions or (model.make_train_function(),)
+        self.batches_per_step = len(self.train_functions)
         self.iterator: Iterator | None = None
         self.batches, self.done = 0, np.zeros(len(loop.SUMS))
 
@@ -127,8 +131,8 @@ class KerasSteps:
         """One step (``batches_per_step`` batches); its ``loop.SUMS`` from the change in the
         metrics' running means (Keras' loss tracker weighs each batch by its samples; the correct
         count is a whole number)."""
-        for _ in range(self.batches_per_step):
-            logs = self.train_function(self.iterator)
+        for train_function in self.train_functions:
+            logs = train_function(self.iterator)
         self.batches += self.batches_per_step
         samples = self.batches * self.batch_samples
         loss, accuracy = float(logs["loss"]), float(logs["accuracy"])
