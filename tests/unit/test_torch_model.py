@@ -6,8 +6,9 @@ import sys
 
 import pytest
 import torch
+import torchvision
 
-from dtc_train import dali_data, torch_model
+from dtc_train import dali_data, torch_common, torch_model
 
 
 def test_digits_is_the_default_input_unchanged():
@@ -113,3 +114,26 @@ def test_an_architecture_without_torchvision_is_a_clear_error(monkeypatch):
                                          "cannot be imported here"):
         torch_model.ModelChoice.from_args("resnet18", None, "auto", None)
     assert torch_model.ModelChoice.from_args("digits", None, "auto", None).name == "digits"
+
+
+@pytest.mark.parametrize(("device", "data_parallel", "expected"), [
+    ("cuda", "ddp", torch.channels_last),          # cuDNN's NHWC kernels (docs/performance.md, B5)
+    ("cuda", "horovod", torch.contiguous_format),  # Horovod 0.28.1 refuses tensors that are not contiguous
+    ("cuda", "fsdp", torch.contiguous_format),
+    ("cpu", "ddp", torch.contiguous_format),
+])
+def test_only_ddp_on_a_gpu_trains_channels_last(device, data_parallel, expected):
+    assert torch_common.memory_format(torch.device(device), data_parallel) == expected
+
+
+def test_a_channels_last_model_saves_weights_that_load_into_the_default_layout(tmp_path):
+    torch.manual_seed(0)
+    trained = torchvision.models.resnet18(num_classes=3).to(memory_format=torch.channels_last)
+    assert trained.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    torch.save(trained.state_dict(), tmp_path / "model.pth")
+    (tmp_path / "model.json").write_text(json.dumps(torch_model.ModelChoice.from_args(
+        "resnet18", 32, "off", None).describe(("a", "b", "c"))))
+    loaded = torch_model.load(str(tmp_path / "model.pth"))
+    assert loaded.conv1.weight.is_contiguous()
+    images = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(loaded(images), trained.eval()(images.contiguous(memory_format=torch.channels_last)))

@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                     contract.current_host(), data.describe(),
                     "gpu" if dali_device_id is not None else "cpu")
 
-    module = torch_common.build_model(choice, data.classes, rank).to(device)
+    layout = torch_common.memory_format(device, args.data_parallel)
+    module = torch_common.build_model(choice, data.classes, rank, device, layout)
     micro_batches = args.gradient_accumulation_steps
     if args.data_parallel == "fsdp":
         model = fully_shard_model(module, device, size)
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     resume = torch_common.restore(args, model, optimizer, rank, size, steps, collectives, states, precision)
     code = torch_common.train(args, model, module, optimizer, data, device, dali_device_id, rank, size, collectives,
                               stop_request, resume, args.data_parallel, choice, states, precision,
-                              buffers_synced=args.data_parallel == "ddp", accumulation=accumulation)
+                              buffers_synced=args.data_parallel == "ddp", accumulation=accumulation, layout=layout)
     if code == 0:
         dist.barrier()   # every rank leaves after rank 0 has saved
     dist.destroy_process_group()

@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
                     horovod.__version__, rank, size, device, contract.current_host(), data.describe(),
                     "gpu" if dali_device_id is not None else "cpu")
 
-    model = torch_common.build_model(choice, data.classes, rank).to(device)
+    layout = torch_common.memory_format(device, "horovod")
+    model = torch_common.build_model(choice, data.classes, rank, device, layout)
     # wrapped before the checkpoint is loaded: the wrapper is a new optimizer object whose state
     # starts empty, so state loaded into the plain one (momentum buffers) would be dropped
     # Horovod counts the backward passes of an accumulated step itself: no context needed
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     code = torch_common.train(args, model, model, optimizer, data, device, dali_device_id, rank, size, collectives,
                               stop_request, resume, "horovod", choice, precision=precision, buffers_synced=False,
-                              accumulation=accumulation)
+                              accumulation=accumulation, layout=layout)
     if code == 0:
         hvd.join()   # every rank leaves after rank 0 has saved
     return code
