@@ -115,7 +115,7 @@ BENCH_ARGS ?=
 bench: $(SETUP_STAMP) image
 	$(PYTHON) bench/run.py --image $(IMAGE) $(if $(QUICK),--quick) $(BENCH_ARGS)
 
-# On a GPU machine: B1-B4 in the GPU image with a dated report (skips cleanly without a GPU).
+# On a GPU machine: B1-B5 in the GPU image with a dated report (skips cleanly without a GPU).
 bench-gpu: $(SETUP_STAMP)
 	$(PYTHON) bench/run.py --gpu --image $(GPU_IMAGE) $(if $(QUICK),--quick)
 

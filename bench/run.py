@@ -9,7 +9,7 @@ in the same run, targets), ``records.jsonl`` (raw), PNG plots, and prints the ra
 (A8: the digits case over 2 epochs), no A3 or A6: checks the harness in a few minutes; its
 numbers mean nothing.
 
-``--gpu`` (``make bench-gpu``): the GPU suite B1-B4 (bench/gpu/suite.py) in the GPU image with
+``--gpu`` (``make bench-gpu``): the GPU suite B1-B5 (bench/gpu/suite.py) in the GPU image with
 every GPU passed in, and a dated ``report.md``; on a machine without an NVIDIA GPU it writes a
 report saying so and exits 0.
 
@@ -205,7 +205,7 @@ def gpu_devices() -> list[str]:
 
 
 def run_gpu(image: str, out: Path, quick: bool) -> None:
-    """B1-B4 in the GPU image; writes gpu-results.json and report.md in ``out``."""
+    """B1-B5 in the GPU image; writes gpu-results.json and report.md in ``out``."""
     devices = gpu_devices()
     if devices:
         argv = ["run", "--rm", "--all-gpus", "--shm-size", "16g", "-v", f"{HERE}:/bench:ro", "-v", f"{out}:/out", image,
@@ -227,10 +227,15 @@ def run_gpu(image: str, out: Path, quick: bool) -> None:
                   f"| B1 | ResNet-50 synthetic, bf16, images/s per GPU | {result['B1']['images_per_s']:.0f} | "
                   f"anchor: {result['anchors']['B1']} |",
                   f"| B2 | DALI real JPEG / synthetic | {result['B2']['dali_vs_synthetic']:.3f} | >= 0.95 |",
+                  f"| B2 | DALI, ResNet-50 example's settings / synthetic | "
+                  f"{result['B2']['dali_tuned_vs_synthetic']:.3f} | >= 0.95 |",
                   f"| B2 | PyTorch DataLoader + PIL, images/s | {result['B2']['dataloader_images_per_s']:.0f} | |",
                   f"| B3 | Horovod single-rank overhead | {result['B3']['overhead']:.3%} | <= 3 % |"]
         lines += [f"| B4 | NCCL allreduce busbw @ {r['size_bytes'] >> 20} MB, {r['ranks']} GPUs, GB/s | "
                   f"{r['busbw_gbps']:.1f} | |" for r in result["B4"]]
+        lines += [f"| B5 | built-in {name} trainer, ResNet-50 bf16, images/s (overhead against a bare loop) | "
+                  f"{result['B5'][name]['trainer']['images_per_s']:.0f} ({result['B5'][name]['overhead']:.1%}) | "
+                  "<= 3 % |" for name in ("horovod", "ddp")]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -239,7 +244,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--image", default=os.environ.get("IMAGE", "dtc:cpu"))
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--gpu", action="store_true", help="the GPU suite (B1-B4) instead of the CPU one")
+    parser.add_argument("--gpu", action="store_true", help="the GPU suite (B1-B5) instead of the CPU one")
     parser.add_argument("--only", help="comma-separated benchmarks (default: all for the mode)")
     parser.add_argument("--repeats", type=int, default=5, help="repeats of each in-image benchmark (--quick: 1)")
     parser.add_argument("--host", action="store_true",

@@ -19,8 +19,9 @@
 #                        2. the built-in PyTorch trainers on the GPU: Horovod (one rank, as Horovod runs
 #                           without a launcher) and DDP (torchrun, one process), each with `precision` on,
 #                           on the digits and on the photos with ResNet-50 at 224 px;
-#                        3. the GPU suite's B1 (ResNet-50), B2 (DALI against a DataLoader) and B3 (Horovod's
-#                           overhead): bench/gpu/suite.py --parts B1,B2,B3.
+#                        3. the GPU suite's B1 (ResNet-50), B2 (DALI against a DataLoader), B3 (Horovod's
+#                           overhead) and B5 (ResNet-50 through the built-in trainers against a bare loop):
+#                           bench/gpu/suite.py --parts $SUITE_PARTS.
 #                        and writes $OUT/gpu-proof.jsonl (one result per step, as it goes), the suite's
 #                        $OUT/gpu-results.json and $OUT/gpu-proof-logs.tar.gz.
 # One GPU allows one rank per framework: NCCL refuses two ranks on one GPU, so multi-rank collectives
@@ -28,6 +29,7 @@
 #
 # Env: WORK (default /tmp/gpuproof), PYTHON (default python3), CUDA_ARCH (default: the GPU's, e.g. 90),
 # QUICK=1 (run: one epoch per job, the suite's --quick; to rehearse `run` on a CPU machine);
+# SUITE_PARTS (run: default B1,B2,B3,B5), B5_TRAINERS (run: default horovod,ddp), TRAINER_JOBS=0 (run: the suite only, no trainer jobs);
 # prepare: HOST_PYTHON (default .venv/bin/python), DALI_ARCHIVE (a dali.tar.zst made before, to skip
 # the 10-minute compression). prepare needs Debian's zstd and unzip, which `make setup` does not
 # install: no test runs this script (it needs a lent GPU machine).
@@ -228,15 +230,23 @@ EOF
   local digits=(--epochs "$digits_epochs")
   local photos=(--model resnet50 --image-size "$image_size" --batch-size 32 --learning-rate 0.02
                 --epochs "$photos_epochs" --warmup-epochs 1 --lr-schedule cosine)
-  trainer_job horovod-digits-bf16 digits "$PYTHON" -m dtc_train.pytorch_horovod "${digits[@]}" --precision bf16
-  trainer_job ddp-digits-fp16 digits "${torchrun[@]}" -m dtc_train.pytorch_ddp "${digits[@]}" --precision fp16
-  log "GPU suite B1-B3"
-  timeout 240 "$PYTHON" "$REPO_DIR/bench/gpu/suite.py" --out "$WORK/bench" --parts B1,B2,B3 "${quick[@]}" \
+  local trainer_jobs="${TRAINER_JOBS:-1}" parts="${SUITE_PARTS:-B1,B2,B3,B5}"
+  if [ "$trainer_jobs" != 0 ]; then
+    trainer_job horovod-digits-bf16 digits "$PYTHON" -m dtc_train.pytorch_horovod "${digits[@]}" --precision bf16
+    trainer_job ddp-digits-fp16 digits "${torchrun[@]}" -m dtc_train.pytorch_ddp "${digits[@]}" --precision fp16
+  fi
+  log "GPU suite $parts"
+  timeout 420 "$PYTHON" "$REPO_DIR/bench/gpu/suite.py" --out "$WORK/bench" --parts "$parts" \
+    --b5-trainers "${B5_TRAINERS:-horovod,ddp}" "${quick[@]}" \
     > "$logs/gpu-suite.log" 2>&1
   echo "{\"step\": \"gpu-suite\", \"rc\": $?}" >> "$results"
   cp "$WORK/bench/gpu-results.json" "$out/gpu-results.json" 2>/dev/null
-  trainer_job ddp-photos-resnet50-bf16 photos "${torchrun[@]}" -m dtc_train.pytorch_ddp "${photos[@]}" --precision bf16
-  trainer_job horovod-photos-resnet50-fp16 photos "$PYTHON" -m dtc_train.pytorch_horovod "${photos[@]}" --precision fp16
+  cp "$WORK"/bench/b5-*.log "$logs/" 2>/dev/null
+  cp "$logs/gpu-suite.log" "$out/" 2>/dev/null
+  if [ "$trainer_jobs" != 0 ]; then
+    trainer_job ddp-photos-resnet50-bf16 photos "${torchrun[@]}" -m dtc_train.pytorch_ddp "${photos[@]}" --precision bf16
+    trainer_job horovod-photos-resnet50-fp16 photos "$PYTHON" -m dtc_train.pytorch_horovod "${photos[@]}" --precision fp16
+  fi
 
 
   tar -C "$WORK" -czf "$out/gpu-proof-logs.tar.gz" logs

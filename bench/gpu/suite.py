@@ -9,8 +9,18 @@
   decode and the same augmentation on CPU workers. Target: DALI >= 0.95 x B1.
 * B3: Horovod's single-rank overhead: B1 with ``hvd.DistributedOptimizer`` (size 1) against plain
   PyTorch, the two interleaved, medians of three runs each. Target <= 3 % (the PyTorch DDP paper's single-GPU overhead).
+  ``dali_tuned``: the same pipeline with DALI's ResNet-50 example's settings (a deeper prefetch
+  queue, the decoder's memory preallocated), to see what the 0.95 needs.
 * B4: NCCL allreduce bus bandwidth over every GPU of the machine (bench/collectives.py under
   mpirun with ``--device cuda``), nccl-tests' formula.
+* B5: ResNet-50 trained by the built-in trainer itself on B2's JPEGs (a job tree with training and
+  validation channels; ``torchvision``'s ``resnet50`` at 224 px, batch 256, ``precision=bf16``,
+  ``data-device=gpu``, augmentation on): the Horovod trainer (one rank, as ``train`` runs it for
+  ``mpi`` with one process) and the DDP one (``torchrun``, one process), each against the bare
+  loop (bench/programs/bare_loop.py: zero_grad, forward, loss, backward, step) on the same
+  model and DALI pipeline. Their own training images/s, median over epochs 2..N; the overhead is
+  ``1 - trainer / bare loop`` (issue #19 item 7: <= 3 %), and the trainer against B1's synthetic
+  input (a different ResNet-50 v1.5 build, channels-last: for scale only).
 
 Usage: ``python /bench/gpu/suite.py --out /out [--quick] [--parts B1,B3]`` (B3's and B2's ratios
 need B1, which is run whenever either is asked for).
@@ -31,7 +41,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 import common  # noqa: E402
 
-PARTS = ("B1", "B2", "B3", "B4")
+PARTS = ("B1", "B2", "B3", "B4", "B5")
+B5_TRAINERS = ("horovod", "ddp")
 B3_REPEATS = 3
 ANCHORS = {"B1": "NVIDIA DeepLearningExamples RN50 v1.5 PyTorch AMP, A100-80GB: 2470 images/s"}
 
@@ -78,11 +89,12 @@ def synthetic(batch_size: int):
         yield images, labels
 
 
-def make_jpegs(root: Path, count: int, classes: int = 10) -> None:
+def make_jpegs(root: Path, count: int, classes: int = 10, seed: int = 0) -> None:
+    """``count`` 500 x 375 JPEGs (quality 90) in ``classes`` folders ``class<i>`` under ``root``."""
     import numpy as np
     from PIL import Image
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     for i in range(count):
         folder = root / f"class{i % classes}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -90,14 +102,19 @@ def make_jpegs(root: Path, count: int, classes: int = 10) -> None:
         Image.fromarray(np.kron(base, np.ones((15, 20, 1), dtype=np.uint8))).save(folder / f"{i}.jpg", quality=90)
 
 
-def dali_batches(root: Path, batch_size: int):
+def dali_batches(root: Path, batch_size: int, tuned: bool = False):
+    """Endless GPU batches of ``root``'s JPEGs through DALI; ``tuned``: DALI's ResNet-50 example's
+    settings (prefetch queue 3, the decoder's device and host memory preallocated)."""
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-    @pipeline_def(batch_size=batch_size, num_threads=max(2, len(os.sched_getaffinity(0))), device_id=0)
+    decoder = dict(device_memory_padding=211025920, host_memory_padding=140544512) if tuned else {}
+
+    @pipeline_def(batch_size=batch_size, num_threads=max(2, len(os.sched_getaffinity(0))), device_id=0,
+                  prefetch_queue_depth=3 if tuned else 2)
     def pipe():
         jpegs, labels = fn.readers.file(file_root=str(root), random_shuffle=True, name="reader")
-        images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB)
+        images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB, **decoder)
         images = fn.resize(images, resize_x=224, resize_y=224)
         images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
                                           mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
@@ -143,6 +160,64 @@ def dataloader_batches(root: Path, batch_size: int):
             yield images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
 
 
+def b5_run(work: Path, out: Path, name: str, argv: list[str], epochs: int) -> dict:
+    """Runs ``argv`` (a trainer or the bare loop) in a fresh job tree ``work/name`` whose channels
+    are links to B2's JPEG folders, its output in ``out/b5-<name>.log``; returns its training
+    images/s, median over epochs 2..N.
+
+    Raises:
+        SystemExit: the run failed or measured fewer epochs.
+    """
+    import re
+
+    from dtc_local import job_tree
+
+    root = Path(job_tree.write(str(work / name / "opt" / "ml"), hyperparameters={},
+                               channels=("training", "validation")))
+    for channel in ("training", "validation"):
+        data = root / "input" / "data" / channel
+        data.rmdir()
+        data.symlink_to(work / channel)
+    done = subprocess.run(argv, env={**os.environ, "SAGEMAKER_BASE_DIR": str(root)}, capture_output=True,
+                          text=True, timeout=600, stdin=subprocess.DEVNULL)
+    output = done.stdout + done.stderr
+    (out / f"b5-{name}.log").write_text(output)
+    if done.returncode != 0:
+        raise SystemExit(f"B5 {name} failed ({done.returncode}):\n{output[-3000:]}")
+    if name.startswith("bare-loop"):
+        rates = [r["images_per_s"] for r in map(json.loads, done.stdout.splitlines()) if r["epoch"] > 1]
+    else:   # the trainers' metric line (dtc_train.common.METRIC_LINE)
+        rates = [float(r) for e, r in re.findall(r"epoch=(\d+)/\d+ .*?samples_per_second=([0-9.]+)", output)
+                 if int(e) > 1]
+    if len(rates) < epochs - 1:
+        raise SystemExit(f"B5 {name}: {len(rates)} epochs measured of {epochs - 1}:\n{output[-3000:]}")
+    return {"images_per_s": statistics.median(rates), "epochs": rates}
+
+
+def b5_trainers(work: Path, out: Path, batch: int, epochs: int, image_size: int,
+                trainers: tuple[str, ...] = B5_TRAINERS) -> dict:
+    """B5 in ``work``, which holds B2's JPEGs as ``training`` and a validation set as ``validation``;
+    each run's output goes to ``out``."""
+    threads = str(max(2, len(os.sched_getaffinity(0))))
+    model = ["--model", "resnet50", "--image-size", str(image_size), "--batch-size", str(batch),
+             "--epochs", str(epochs), "--dali-threads", threads]
+    trainer = [*model, "--precision", "bf16", "--data-device", "gpu", "--augment", "on",
+               "--system-metrics-seconds", "0", "--progress-seconds", "0"]
+    argv = {"horovod": [sys.executable, "-m", "dtc_train.pytorch_horovod", *trainer],
+            "ddp": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+                    "-m", "dtc_train.pytorch_ddp", *trainer],
+            "bare": [sys.executable, str(HERE.parent / "programs" / "bare_loop.py"), *model, "--device", "cuda",
+                     "--precision", "bf16"]}   # with --data-parallel: that trainer's memory format
+    # bare loop, trainer, bare loop, trainer: a drifting clock shows as two different bare rates
+    result = {"batch_per_gpu": batch, "image_size": image_size, "precision": "bf16", "target_overhead": 0.03}
+    for name in trainers:
+        bare = b5_run(work, out, f"bare-loop-{name}", [*argv["bare"], "--data-parallel", name], epochs)
+        trained = b5_run(work, out, f"trainer-{name}", argv[name], epochs)
+        result[name] = {"trainer": trained, "bare_loop": bare,
+                        "overhead": 1 - trained["images_per_s"] / bare["images_per_s"]}
+    return result
+
+
 def b4_busbw(out: Path, gpus: int, quick: bool) -> list[dict]:
     sizes = "1048576,8388608" if quick else "1048576,8388608,67108864,268435456,1073741824"
     records = out / "b4.jsonl"
@@ -159,7 +234,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--parts", default="B1,B2,B3,B4", help="comma-separated subset of B1,B2,B3,B4")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
+    parser.add_argument("--b5-trainers", default=",".join(B5_TRAINERS), help="B5's trainers: horovod,ddp or one")
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
     if not parts or parts - set(PARTS):
@@ -177,15 +253,28 @@ def main(argv=None) -> None:
         print(result["skipped"])
         return
     batch, steps, warmup, images = (32, 5, 3, 256) if args.quick else (256, 50, 20, 5000)
+    results = out / "gpu-results.json"   # rewritten after each part: a failing part leaves the others' results
     b1 = train_throughput(synthetic(batch), steps, warmup, batch)
     result["B1"] = {"images_per_s": b1, "batch_per_gpu": batch, "precision": "bf16 autocast"}
-    if "B2" in parts:
-        with tempfile.TemporaryDirectory() as tmp:
-            make_jpegs(Path(tmp), images)
-            b2_dali = train_throughput(dali_batches(Path(tmp), batch), steps, warmup, batch)
-            b2_loader = train_throughput(dataloader_batches(Path(tmp), batch), steps, warmup, batch)
-        result["B2"] = {"dali_images_per_s": b2_dali, "dataloader_images_per_s": b2_loader,
-                        "dali_vs_synthetic": b2_dali / b1, "target_dali_vs_synthetic": 0.95}
+    results.write_text(json.dumps(result, indent=2))
+    with tempfile.TemporaryDirectory() as tmp:
+        jpegs = Path(tmp) / "training"
+        if parts & {"B2", "B5"}:
+            make_jpegs(jpegs, images)
+        if "B2" in parts:
+            b2_dali = train_throughput(dali_batches(jpegs, batch), steps, warmup, batch)
+            b2_tuned = train_throughput(dali_batches(jpegs, batch, tuned=True), steps, warmup, batch)
+            b2_loader = train_throughput(dataloader_batches(jpegs, batch), steps, warmup, batch)
+            result["B2"] = {"dali_images_per_s": b2_dali, "dali_tuned_images_per_s": b2_tuned,
+                            "dataloader_images_per_s": b2_loader, "dali_vs_synthetic": b2_dali / b1,
+                            "dali_tuned_vs_synthetic": b2_tuned / b1, "target_dali_vs_synthetic": 0.95}
+            results.write_text(json.dumps(result, indent=2))
+        if "B5" in parts:
+            make_jpegs(Path(tmp) / "validation", images // 10, seed=1)
+            result["B5"] = b5_trainers(Path(tmp), out, batch, 3 if args.quick else 6, 64 if args.quick else 224,
+                                       tuple(args.b5_trainers.split(",")))
+            for name in args.b5_trainers.split(","):
+                result["B5"][name]["trainer_vs_b1"] = result["B5"][name]["trainer"]["images_per_s"] / b1
     if "B3" in parts:
         import horovod.torch as hvd
 
@@ -198,10 +287,11 @@ def main(argv=None) -> None:
         b3, b3_plain = statistics.median(wrapped), statistics.median(plain)
         result["B3"] = {"horovod_images_per_s": b3, "plain_images_per_s": b3_plain, "overhead": 1 - b3 / b3_plain,
                         "horovod_runs": wrapped, "plain_runs": plain, "target_overhead": 0.03}
+        results.write_text(json.dumps(result, indent=2))
     if "B4" in parts:
         result["B4"] = b4_busbw(out, len(result["gpus"]), args.quick)
-    (out / "gpu-results.json").write_text(json.dumps(result, indent=2))
-    print(json.dumps({k: result[k] for k in ("gpus", *PARTS[:3]) if k in result}, indent=2))
+    results.write_text(json.dumps(result, indent=2))
+    print(json.dumps({k: result[k] for k in ("gpus", "B1", "B2", "B3", "B5") if k in result}, indent=2))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,11 @@ trainer's do: DALI's training pipeline fills its prefetch queue meanwhile, in bo
 JSON line per epoch: ``{"epoch": N, "images_per_s": float}`` (training images over the wall-clock
 time of the epoch's training steps, validation excluded, as the trainer's samples_per_second).
 
+On a GPU (``--device cuda``: the GPU suite's B5) the model, the step and DALI's decoding run on
+GPU 0, the step under ``torch.autocast`` in ``--precision`` and the model and images in the
+memory format of the trainer compared with (``--data-parallel``; ``torch_common.memory_format``:
+channels-last for DDP), as that trainer's with ``data-device=gpu`` and ``precision``.
+
 Run in a SageMaker job tree (``SAGEMAKER_BASE_DIR``), as ``train`` would run the trainer:
 ``python bare_loop.py --model shufflenet_v2_x0_5 --image-size 64 --epochs 4``.
 """
@@ -23,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-from dtc_train import contract, dali_data, torch_model
+from dtc_train import contract, dali_data, torch_common, torch_model
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,6 +41,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dali-threads", type=int, default=1)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--data-parallel", choices=("horovod", "ddp"), default="horovod",
+                        help="the trainer compared with: its memory format (torch_common.memory_format)")
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
@@ -43,26 +52,33 @@ def main(argv: list[str] | None = None) -> None:
     choice = torch_model.ModelChoice.from_args(args.model, args.image_size, "auto", None)
     place = dali_data.Place(0, 1, 0, 1, contract.current_host())
     data = dali_data.rank_data("training", "validation", args.batch_size, place, lambda obj: [obj])
-    pipes = data.pipelines(args.batch_size, device_id=None, layout="CHW", seed=args.seed,
+    gpu = args.device == "cuda"
+    pipes = data.pipelines(args.batch_size, device_id=0 if gpu else None, layout="CHW", seed=args.seed,
                            num_threads=args.dali_threads, spec=choice.images)
     batches, val_batches = (DALIGenericIterator([pipe], ["images", "labels"], size=-1, auto_reset=True)
                             for pipe in pipes)
-    model = choice.build(len(data.classes))
+    layout = torch_common.memory_format(torch.device(args.device), args.data_parallel)   # as that trainer's
+    model = choice.build(len(data.classes)).to(args.device, memory_format=layout)
+    dtype = torch_common.PRECISIONS[args.precision]
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
     model.train()
     for epoch in range(1, args.epochs + 1):
         start = time.perf_counter()
         for _ in range(data.steps_per_epoch):
             batch = next(batches)[0]
-            images, labels = batch["images"], batch["labels"].view(-1).long()
+            images, labels = batch["images"].contiguous(memory_format=layout), batch["labels"].view(-1).long()
             optimizer.zero_grad()
-            F.cross_entropy(model(images), labels).backward()
+            with torch.autocast(args.device, dtype=dtype, enabled=dtype is not None):
+                loss = F.cross_entropy(model(images), labels)
+            loss.backward()
             optimizer.step()
+        if gpu:
+            torch.cuda.synchronize()
         seconds = time.perf_counter() - start
         print(json.dumps({"epoch": epoch, "images_per_s": data.steps_per_epoch * args.batch_size / seconds}),
               flush=True)
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(args.device, dtype=dtype, enabled=dtype is not None):
             for _ in range(data.val_shard.batches):
                 model(next(val_batches)[0]["images"])
         model.train()
