@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 from dtc_local import job_tree
-from dtc_train import dali_data, torch_model
+from dtc_train import dali_data, digits, torch_model
 from dtc_train.channel import list_images
 from dtc_train.lr_schedule import LearningRate
 from helpers import (
@@ -175,6 +175,104 @@ def test_training_starts_from_weights_in_a_channel(photos_channels, tmp_path):
     assert all(torch.allclose(trained[k], imagenet_shaped[k], atol=1e-6) for k in parameters)
     assert not torch.equal(trained["bn1.running_mean"], imagenet_shaped["bn1.running_mean"])
     assert trained["fc.weight"].shape == (3, 512)
+
+
+# Writes Keras weights of RegNetX002 with an ImageNet-sized head (1000 classes) to argv[1]
+KERAS_WEIGHTS = """
+import sys
+from dtc_train import tf_env
+import tensorflow as tf
+from dtc_train import tf_model
+tf.keras.utils.set_random_seed(5)
+tf_model.KerasChoice.from_args("RegNetX002", 32, "auto").build(1000).save_weights(sys.argv[1])
+"""
+# Compares the SavedModel's variables with the weights file: the head sized for 3 classes, every other
+# layer where the file had it (learning rate 1e-12) but batch normalization's moving statistics, which moved
+KERAS_COMPARE = """
+import sys
+from dtc_train import tf_env
+import h5py, numpy as np, tensorflow as tf
+saved = tf.saved_model.load(sys.argv[1])
+trained = {v.name: v.numpy() for v in saved.variables}
+with h5py.File(sys.argv[2]) as handle:
+    weights = {}
+    handle.visititems(lambda name, item: weights.__setitem__(name.split("/", 1)[1], item[()])
+                      if isinstance(item, h5py.Dataset) else None)
+head = sorted(n for n in weights if trained[n].shape != weights[n].shape)
+assert [trained[n].shape for n in head] == [(3,), (368, 3)], head
+kept = [n for n in weights if n not in head and "moving_" not in n]
+assert len(kept) > 100, len(kept)
+moved = [n for n in kept if not np.allclose(trained[n], weights[n], atol=1e-6)]
+assert not moved, moved[:5]
+assert any(not np.array_equal(trained[n], weights[n]) for n in weights if "moving_mean" in n)
+"""
+
+
+@pytest.mark.parametrize("strategy", [
+    {},                                                                           # MirroredStrategy, one host
+    {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2},   # Horovod, 2 ranks
+])
+def test_keras_training_starts_from_weights_in_a_channel(photos_channels, tmp_path, strategy):
+    root = _photos_job(tmp_path, photos_channels, {
+        "sagemaker_program": "builtin:tensorflow", "model": "RegNetX002", "pretrained-weights": "weights",
+        "image-size": 32, "epochs": 1, "learning-rate": 1e-12, **strategy},
+        channels=("training", "validation", "weights"))
+    weights = root / "input" / "data" / "weights" / "regnetx002-imagenet.h5"
+    python = str(REPO / ".venv" / "bin" / "python")
+    subprocess.run([python, "-c", KERAS_WEIGHTS, str(weights)], check=True, timeout=300)
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-4000:]
+    # keras.applications' RegNets name their layers after a per-process counter ("1head_dense"): the
+    # weights were written by a process that built one RegNet, as the trainer does
+    loaded = re.search(r"regnetx002-imagenet\.h5: 88 layers loaded; left at their initial values: 1head_dense "
+                       r"\[\(368, 3\), \(3,\)\] \(file: \[\(368, 1000\), \(1000,\)\]\)$", result.output, re.M)
+    assert loaded, result.output[-3000:]
+    subprocess.run([python, "-c", KERAS_COMPARE, str(root / "model" / "1"), str(weights)], check=True, timeout=300)
+
+
+def test_the_parameter_server_starts_from_weights_in_a_channel(tmp_path):
+    """The coordinator loads the file into the variables on the parameter servers: the SavedModel
+    (the chief's copy, whose layers are numbered after the trained model's: ``conv2d_2`` for
+    ``conv2d``) holds the file's weights after one epoch at learning rate 1e-12."""
+    root = tmp_path / "opt" / "ml"
+    job_tree.write(str(root), hyperparameters={
+        "sagemaker_program": "builtin:tensorflow", "sagemaker_parameter_server_enabled": True,
+        "pretrained-weights": "weights", "epochs": 1, "learning-rate": 1e-12},
+        channels=("training", "validation", "weights"))
+    digits.export(str(root / "input" / "data"))
+    python, weights = str(REPO / ".venv" / "bin" / "python"), root / "input" / "data" / "weights" / "digits.h5"
+    subprocess.run([python, "-c", KERAS_WEIGHTS.replace('"RegNetX002", 32', '"digits", None').replace("1000", "10"),
+                    str(weights)], check=True, timeout=300)
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-4000:]
+    assert "digits.h5: 4 layers loaded; left at their initial values: none" in result.output
+    subprocess.run([python, "-c", """
+import sys
+from dtc_train import tf_env
+import h5py, numpy as np, tensorflow as tf
+trained = [v.numpy() for v in sorted(tf.saved_model.load(sys.argv[1]).variables, key=lambda v: v.name)]
+with h5py.File(sys.argv[2]) as handle:
+    weights = {}
+    handle.visititems(lambda name, item: weights.__setitem__(name, item[()])
+                      if isinstance(item, h5py.Dataset) else None)
+assert len(trained) == len(weights) == 8
+assert all(np.allclose(a, weights[n], atol=1e-6) for a, n in zip(trained, sorted(weights)))
+""", str(root / "model" / "1"), str(weights)], check=True, timeout=300)
+
+
+def test_keras_weights_of_another_architecture_are_refused(photos_channels, tmp_path):
+    root = _photos_job(tmp_path, photos_channels, {
+        "sagemaker_program": "builtin:tensorflow", "pretrained-weights": "weights", "epochs": 1},
+        channels=("training", "validation", "weights"))
+    python = str(REPO / ".venv" / "bin" / "python")
+    subprocess.run([python, "-c", KERAS_WEIGHTS, str(root / "input" / "data" / "weights" / "regnet.h5")], check=True,
+                   timeout=300)
+    result = run_train(root)
+    assert result.returncode != 0
+    first_line = result.failure.splitlines()[0]
+    assert re.fullmatch(r"ValueError: pretrained-weights file \S+/regnet\.h5: none of its 144 layers fits this model .*"
+                        r"give the weights of the architecture the hyperparameter model names", first_line), \
+        result.failure
 
 
 def test_a_validation_class_the_training_channel_lacks_is_named(photos_channels, tmp_path):

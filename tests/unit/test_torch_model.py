@@ -8,7 +8,7 @@ import pytest
 import torch
 import torchvision
 
-from dtc_train import dali_data, torch_common, torch_model
+from dtc_train import contract, dali_data, torch_common, torch_model
 
 
 def test_digits_is_the_default_input_unchanged():
@@ -81,17 +81,17 @@ def test_pretrained_weights_are_found_in_their_channel(tmp_path, monkeypatch):
     monkeypatch.setenv("SM_CHANNEL_WEIGHTS", str(tmp_path))
     _, path = _imagenet_weights(tmp_path)
     (tmp_path / "README.txt").write_text("not weights")
-    assert torch_model.resolve_weights("weights") == path
-    assert torch_model.resolve_weights("weights/resnet18.pth") == path
+    assert contract.pretrained_weights_file("weights", torch_model.WEIGHT_SUFFIXES) == path
+    assert contract.pretrained_weights_file("weights/resnet18.pth", torch_model.WEIGHT_SUFFIXES) == path
     _imagenet_weights(tmp_path, name="other.pt")
     with pytest.raises(FileNotFoundError, match="channel 'weights' holds 2 weights files .*: other.pt, resnet18.pth; "
                                                 "name one as pretrained-weights=weights/<path>"):
-        torch_model.resolve_weights("weights")
+        contract.pretrained_weights_file("weights", torch_model.WEIGHT_SUFFIXES)
     with pytest.raises(FileNotFoundError, match="pretrained-weights=weights/missing.pth: .* does not exist"):
-        torch_model.resolve_weights("weights/missing.pth")
+        contract.pretrained_weights_file("weights/missing.pth", torch_model.WEIGHT_SUFFIXES)
     monkeypatch.setenv("SAGEMAKER_BASE_DIR", str(tmp_path / "ml"))
     with pytest.raises(FileNotFoundError, match="channel 'absent' was not given to the job"):
-        torch_model.resolve_weights("absent")
+        contract.pretrained_weights_file("absent", torch_model.WEIGHT_SUFFIXES)
 
 
 def test_a_saved_model_is_rebuilt_from_its_model_json(tmp_path):

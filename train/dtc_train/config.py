@@ -187,9 +187,11 @@ def _options() -> tuple[Option, ...]:
         Option("--augment", ALL, dict(choices=("auto", "on", "off"), default="auto",
                                       help="random resized crop and flip in training (auto: on for an architecture, "
                                            "off for digits)")),
-        Option("--pretrained-weights", PYTORCH, dict(
+        Option("--pretrained-weights", ALL, dict(
             metavar="CHANNEL[/PATH]", default=None,
-            help="start from the state dict in this input channel (its one .pth/.pt/.bin file, or PATH in it)")),
+            help="start from the weights file in this input channel (its one weights file, or PATH in it): a state "
+                 "dict (.pth/.pt/.bin) for builtin:pytorch, Keras HDF5 weights (.h5/.hdf5) for builtin:tensorflow; "
+                 "layers that do not fit (a head for another class count) keep their initial values")),
         Option("--allreduce-compression", frozenset({PYTORCH_HOROVOD}), dict(
             choices=COMPRESSIONS, default="none",
             help="fp16: gradients are cast to float16 for the allreduce and back (Horovod's Compression.fp16)")),

@@ -117,3 +117,34 @@ def checkpoint_dir() -> str:
 def current_host() -> str:
     """``$SM_CURRENT_HOST`` (the host this process runs on, ``algo-N``), else the hostname."""
     return os.environ.get("SM_CURRENT_HOST") or socket.gethostname()
+
+
+def pretrained_weights_file(spec: str, suffixes: tuple[str, ...]) -> str:
+    """The file that the trainers' ``pretrained-weights=CHANNEL[/PATH]`` names: ``PATH`` inside
+    the channel's directory (``channel_dir``), or the channel's one weights file (a name ending in
+    one of ``suffixes``: the framework's, ``torch_model.WEIGHT_SUFFIXES`` or
+    ``tf_model.WEIGHT_SUFFIXES``) when no path is given.
+
+    Raises:
+        FileNotFoundError: the channel or the file is missing, or the channel holds no weights
+            file or more than one and no path chose.
+    """
+    channel, _, relative = spec.partition("/")
+    root = channel_dir(channel)
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"pretrained-weights={spec}: channel {channel!r} was not given to the job ({root} does "
+                                "not exist): add the channel that holds the weights file, or drop pretrained-weights")
+    if relative:
+        path = os.path.join(root, relative)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"pretrained-weights={spec}: {path} does not exist")
+        return path
+    found = sorted(os.path.join(folder, name) for folder, _, names in os.walk(root) for name in names
+                   if name.endswith(suffixes))
+    if len(found) != 1:
+        raise FileNotFoundError(
+            f"pretrained-weights={spec}: channel {channel!r} holds {len(found)} weights files "
+            f"({', '.join(suffixes)})"
+            f"{': ' + ', '.join(os.path.relpath(p, root) for p in found[:5]) if found else ''}; name one as "
+            f"pretrained-weights={channel}/<path>")
+    return found[0]

@@ -104,7 +104,8 @@ EPOCH_SEED_STRIDE = 1_000_003   # DALI seed offset per epoch (seeds stay distinc
 
 def main(argv: list[str] | None = None) -> int:
     args = config.parse(config.TENSORFLOW_HOROVOD, argv, __doc__.split("\n\n")[0])
-    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment, args.precision)
+    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment, args.precision,
+                                           args.pretrained_weights)
     stop_request = stop.StopRequest()
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         return _dataset(pipe, args.batch_size, device_id, shape).skip(first_batch)
 
     model = choice.build(len(data.classes))
+    tf_model.start_from_pretrained(model, choice, rank)   # every rank: rank 0's are broadcast below anyway
     micro_batches = args.gradient_accumulation_steps
     # backward_passes_per_step: each rank adds up k batches' gradients, then one allreduce of
     # their sum, divided by k (average_aggregated_gradients), and one optimizer step

@@ -260,7 +260,8 @@ def choose_strategy(cpu_replicas: int) -> tuple[tf.distribute.Strategy, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = config.parse(config.TENSORFLOW_MIRRORED, argv, __doc__.split("\n\n")[0])
-    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment, args.precision)
+    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment, args.precision,
+                                           args.pretrained_weights)
     stop_request = stop.StopRequest()
     strategy, name = choose_strategy(args.cpu_replicas)
     stop_request.install()   # back from TensorFlow's own SIGTERM handler (StopRequest.install)
@@ -308,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with strategy.scope():
         model = choice.build(len(data.classes))
+        tf_model.start_from_pretrained(model, choice, task_id)
         model.compile(optimizer=keras.optimizers.SGD(learning_rate=args.learning_rate * replicas,
                                                      momentum=args.momentum),
                       loss=tf_model.training_loss(args.label_smoothing), metrics=["accuracy"])

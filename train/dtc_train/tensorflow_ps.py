@@ -94,7 +94,8 @@ class ParameterServerBackend:
 
 def main(argv: list[str] | None = None) -> int:
     args = config.parse(config.TENSORFLOW_PS, argv, __doc__.split("\n\n")[0])
-    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment, args.precision)
+    choice = tf_model.KerasChoice.from_args(args.model, args.image_size, args.augment, args.precision,
+                                           args.pretrained_weights)
     stop_request = stop.StopRequest()
     common.configure_logging(0)
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with strategy.scope():
         model = choice.build(len(training.classes))
+        tf_model.start_from_pretrained(model, choice, 0)   # the coordinator (chief) assigns the PS variables
         optimizer = keras.optimizers.SGD(learning_rate=args.learning_rate, momentum=args.momentum)
         sums = tuple(tf.Variable(0.0, dtype=tf.float64, trainable=False, aggregation=tf.VariableAggregation.SUM)
                      for _ in loop.SUMS)

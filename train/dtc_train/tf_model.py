@@ -1,5 +1,7 @@
 """The TensorFlow trainers' models (tf-keras, the Keras 2 API): the digits CNN or any
-``keras.applications`` architecture (``KerasChoice``), and how trainers save them.
+``keras.applications`` architecture (``KerasChoice``), optionally started from a Keras HDF5
+weights file in a channel (``pretrained-weights``: ``load_pretrained``), and how trainers save
+them.
 
 Import after ``TF_USE_LEGACY_KERAS=1`` is set (``dtc_train.tf_env``)."""
 
@@ -8,10 +10,11 @@ import inspect
 import os
 from dataclasses import dataclass
 
+import h5py
 import tensorflow as tf
 import tf_keras as keras
 
-from . import common
+from . import common, contract
 from .dali_data import ImageSpec, input_spec
 
 DIGITS = "digits"
@@ -21,6 +24,8 @@ IMAGE_SHAPE = (8, 8, 1)   # height, width, channels; float32 in [0, 1]
 # scaling, which the Horovod and parameter-server steps would each have to apply (config refuses it).
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
 NUM_CLASSES = 10
+# Keras' HDF5 weights files: model.save_weights("x.h5"), model.save("x.h5"), keras.applications' downloads
+WEIGHT_SUFFIXES = (".h5", ".hdf5")
 
 
 def build_model(num_classes: int = NUM_CLASSES) -> keras.Model:
@@ -50,17 +55,21 @@ class KerasChoice:
     Attributes:
         name: ``digits`` or a ``keras.applications`` architecture.
         images: its input and the training augmentation (``dali_data.ImageSpec``; layout HWC).
+        precision: ``fp32`` or ``bf16`` (``POLICIES``).
+        pretrained_weights: a weights file in an input channel to start from
+            (``CHANNEL[/PATH]``: ``start_from_pretrained``), or ``None``.
     """
 
     name: str
     images: ImageSpec
     precision: str = "fp32"
+    pretrained_weights: str | None = None
 
     @classmethod
-    def from_args(cls, model: str, image_size: int | None, augment: str, precision: str = "fp32"
-                  ) -> "KerasChoice":
-        """Checks and combines ``model``, ``image-size``, ``augment`` (``dali_data.input_spec``)
-        and ``precision`` (``POLICIES``).
+    def from_args(cls, model: str, image_size: int | None, augment: str, precision: str = "fp32",
+                  pretrained_weights: str | None = None) -> "KerasChoice":
+        """Checks and combines ``model``, ``image-size``, ``augment`` (``dali_data.input_spec``),
+        ``precision`` (``POLICIES``) and ``pretrained-weights``.
 
         Raises:
             ValueError: an unknown architecture (the closest names given), an image size below 1,
@@ -73,7 +82,8 @@ class KerasChoice:
             raise ValueError(f"model={model!r} is neither {DIGITS!r} nor a keras.applications architecture "
                              f"(closest: {', '.join(close)})")
         return cls(model, input_spec(model == DIGITS, image_size, augment,
-                                     "a keras.applications architecture (model=ResNet50, ...)"), precision)
+                                     "a keras.applications architecture (model=ResNet50, ...)"), precision,
+                   pretrained_weights or None)
 
     def build(self, num_classes: int) -> keras.Model:
         """The untrained model: images float32 [B, S, S, C] -> logits float32 [B, num_classes]
@@ -104,6 +114,81 @@ class KerasChoice:
         if "include_preprocessing" in inspect.signature(build).parameters:
             options["include_preprocessing"] = False   # the input pipeline normalizes (EfficientNet, RegNet, ...)
         return build(**options)
+
+
+def _saved_layers(path: str) -> dict[str, list[tuple[int, ...]]]:
+    """Layer name -> its weights' shapes, in a Keras HDF5 weights file (tf-keras' layout:
+    ``layer_names`` and each layer's ``weight_names`` as attributes, at the top or, in a whole
+    model saved to ``.h5``, under ``model_weights``).
+
+    Raises:
+        ValueError: the file is not HDF5 or holds no Keras weights.
+    """
+    def names(attribute) -> list[str]:
+        return [n.decode() if isinstance(n, bytes) else str(n) for n in attribute]
+
+    try:
+        with h5py.File(path, "r") as handle:
+            whole_model = "layer_names" not in handle.attrs and "model_weights" in handle
+            group = handle["model_weights"] if whole_model else handle
+            if "layer_names" not in group.attrs:
+                raise ValueError("no layer_names attribute")
+            return {layer: [group[layer][weight].shape for weight in names(group[layer].attrs["weight_names"])]
+                    for layer in names(group.attrs["layer_names"])}
+    except (OSError, KeyError, ValueError) as error:
+        raise ValueError(f"pretrained-weights file {path} is not a Keras HDF5 weights file ({error}): give the file "
+                         "model.save_weights('<name>.h5') writes (or keras.applications' .h5 weights)") from error
+
+
+def load_pretrained(model: keras.Model, path: str) -> tuple[list[str], list[str]]:
+    """Copies the weights of the Keras HDF5 file at ``path`` into ``model``'s layers of the same
+    name whose weights have the same shapes (tf-keras' ``load_weights(by_name=True,
+    skip_mismatch=True)``); a classification head sized for another number of classes
+    (``predictions``, ``dense_1``, ...) keeps its initial values. Call where the model's
+    variables were created (under the strategy's scope).
+
+    Returns:
+        (names of the layers loaded, names of ``model``'s layers with weights left at their
+        initial values, each with its weight shapes in the model and in the file).
+
+    Raises:
+        ValueError: the file is not a Keras HDF5 weights file, or none of its layers fits ``model``.
+    """
+    saved = _saved_layers(path)
+    loaded, left = [], []
+    for layer in model.layers:
+        if not layer.weights:
+            continue
+        own = [tuple(w.shape) for w in layer.weights]
+        if saved.get(layer.name) == own:
+            loaded.append(layer.name)
+        else:
+            left.append(f"{layer.name} {own} " + (f"(file: {saved[layer.name]})" if layer.name in saved
+                                                   else "(not in the file)"))
+    if not loaded:
+        own_names = ", ".join(layer.name for layer in model.layers[:3])
+        raise ValueError(f"pretrained-weights file {path}: none of its {len(saved)} layers fits this model (layers "
+                         f"{', '.join(list(saved)[:3])} ...; the model's {own_names} ...): give the weights of the "
+                         "architecture the hyperparameter model names")
+    model.load_weights(path, by_name=True, skip_mismatch=True)
+    return loaded, left
+
+
+def start_from_pretrained(model: keras.Model, choice: KerasChoice, rank: int) -> None:
+    """Loads ``choice.pretrained_weights`` into ``model`` (``load_pretrained``; nothing without
+    one); rank 0 logs what was loaded and what was left at its initial values.
+
+    Raises:
+        FileNotFoundError: the channel or file is missing (``contract.pretrained_weights_file``).
+        ValueError: the file does not fit (``load_pretrained``).
+    """
+    if not choice.pretrained_weights:
+        return
+    path = contract.pretrained_weights_file(choice.pretrained_weights, WEIGHT_SUFFIXES)
+    loaded, left = load_pretrained(model, path)
+    if rank == 0:
+        common.log.info("pretrained weights %s: %d layers loaded; left at their initial values: %s", path,
+                        len(loaded), "; ".join(left) or "none")
 
 
 def save(model: keras.Model, model_dir: str, choice: KerasChoice, classes: tuple[str, ...], *,

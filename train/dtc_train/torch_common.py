@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: caught by name
 
-from . import common, dali_data, loop, observe, stop, torch_model
+from . import common, contract, dali_data, loop, observe, stop, torch_model
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_KEYS = frozenset({"epoch", "model", "optimizer", "rng"})
@@ -150,7 +150,7 @@ def build_model(choice: torch_model.ModelChoice, classes: tuple[str, ...], rank:
     (``memory_format``)."""
     module = choice.build(len(classes))
     if choice.pretrained_weights:
-        path = torch_model.resolve_weights(choice.pretrained_weights)
+        path = contract.pretrained_weights_file(choice.pretrained_weights, torch_model.WEIGHT_SUFFIXES)
         loaded, left = torch_model.load_pretrained(module, path)
         if rank == 0:
             common.log.info("pretrained weights %s: %d tensors loaded; left at their initial values: %s", path,

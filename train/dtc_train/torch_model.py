@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import contract
 from .dali_data import DIGITS_IMAGES, ImageSpec, input_spec
 
 DIGITS = "digits"
@@ -83,7 +82,7 @@ class ModelChoice:
                   ) -> "ModelChoice":
         """Checks and combines the hyperparameters ``model``, ``image-size``, ``augment`` (``auto``:
         on for torchvision architectures, off for the digits CNN) and ``pretrained-weights``
-        (``CHANNEL`` or ``CHANNEL/PATH``: ``resolve_weights``).
+        (``CHANNEL`` or ``CHANNEL/PATH``: ``contract.pretrained_weights_file``).
 
         Raises:
             ValueError: an unknown architecture (the closest names given), torchvision missing,
@@ -116,36 +115,6 @@ class ModelChoice:
                 "input_normalization": {"mean": list(self.images.mean), "std": list(self.images.std),
                                         "formula": "(pixel - mean) / std, pixel in 0..255"},
                 "eval_resize": self.images.eval_resize, "classes": list(classes), **extra}
-
-
-def resolve_weights(spec: str) -> str:
-    """The file that ``pretrained-weights=CHANNEL[/PATH]`` names: ``PATH`` inside the channel's
-    directory (``contract.channel_dir``), or the channel's one weights file (``.pth``, ``.pt``,
-    ``.bin``) when no path is given.
-
-    Raises:
-        FileNotFoundError: the channel or the file is missing, or the channel holds no weights
-            file or more than one and no path chose.
-    """
-    channel, _, relative = spec.partition("/")
-    root = contract.channel_dir(channel)
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"pretrained-weights={spec}: channel {channel!r} was not given to the job ({root} does "
-                                "not exist): add the channel that holds the weights file, or drop pretrained-weights")
-    if relative:
-        path = os.path.join(root, relative)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"pretrained-weights={spec}: {path} does not exist")
-        return path
-    found = sorted(os.path.join(folder, name) for folder, _, names in os.walk(root) for name in names
-                   if name.endswith(WEIGHT_SUFFIXES))
-    if len(found) != 1:
-        raise FileNotFoundError(
-            f"pretrained-weights={spec}: channel {channel!r} holds {len(found)} weights files "
-            f"({', '.join(WEIGHT_SUFFIXES)})"
-            f"{': ' + ', '.join(os.path.relpath(p, root) for p in found[:5]) if found else ''}; name one as "
-            f"pretrained-weights={channel}/<path>")
-    return found[0]
 
 
 def _state_dict_in(saved: object, path: str) -> dict:
