@@ -208,15 +208,12 @@ assert any(not np.array_equal(trained[n], weights[n]) for n in weights if "movin
 """
 
 
-@pytest.mark.parametrize("strategy", [
-    {},                                                                           # MirroredStrategy, one host
-    {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2},   # Horovod, 2 ranks
-])
-def test_keras_training_starts_from_weights_in_a_channel(photos_channels, tmp_path, strategy):
+def test_keras_training_starts_from_weights_in_a_channel(photos_channels, tmp_path):
+    """A keras.applications architecture under MirroredStrategy (one host) from weights with an
+    ImageNet-sized head."""
     root = _photos_job(tmp_path, photos_channels, {
         "sagemaker_program": "builtin:tensorflow", "model": "RegNetX002", "pretrained-weights": "weights",
-        "image-size": 32, "epochs": 1, "learning-rate": 1e-12, **strategy},
-        channels=("training", "validation", "weights"))
+        "image-size": 32, "epochs": 1, "learning-rate": 1e-12}, channels=("training", "validation", "weights"))
     weights = root / "input" / "data" / "weights" / "regnetx002-imagenet.h5"
     python = str(REPO / ".venv" / "bin" / "python")
     subprocess.run([python, "-c", KERAS_WEIGHTS, str(weights)], check=True, timeout=300)
@@ -230,22 +227,29 @@ def test_keras_training_starts_from_weights_in_a_channel(photos_channels, tmp_pa
     subprocess.run([python, "-c", KERAS_COMPARE, str(root / "model" / "1"), str(weights)], check=True, timeout=300)
 
 
-def test_the_parameter_server_starts_from_weights_in_a_channel(tmp_path):
-    """The coordinator loads the file into the variables on the parameter servers: the SavedModel
-    (the chief's copy, whose layers are numbered after the trained model's: ``conv2d_2`` for
-    ``conv2d``) holds the file's weights after one epoch at learning rate 1e-12."""
+@pytest.mark.parametrize("strategy", [
+    # the coordinator assigns the variables on the parameter servers
+    {"sagemaker_parameter_server_enabled": True},
+    # every rank loads; rank 0's weights are broadcast
+    {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2},
+])
+def test_the_other_tensorflow_backends_start_from_weights_in_a_channel(tmp_path, strategy):
+    """The digits CNN from weights with a 1000-class head: after one epoch at learning rate 1e-12
+    the SavedModel holds the file's weights but the head's, which has 10 outputs (the parameter
+    server saves the chief's copy, whose layers are numbered after the trained model's:
+    ``conv2d_2`` for ``conv2d``; sorted by name they pair up)."""
     root = tmp_path / "opt" / "ml"
     job_tree.write(str(root), hyperparameters={
-        "sagemaker_program": "builtin:tensorflow", "sagemaker_parameter_server_enabled": True,
-        "pretrained-weights": "weights", "epochs": 1, "learning-rate": 1e-12},
-        channels=("training", "validation", "weights"))
+        "sagemaker_program": "builtin:tensorflow", "pretrained-weights": "weights", "epochs": 1,
+        "learning-rate": 1e-12, **strategy}, channels=("training", "validation", "weights"))
     digits.export(str(root / "input" / "data"))
     python, weights = str(REPO / ".venv" / "bin" / "python"), root / "input" / "data" / "weights" / "digits.h5"
-    subprocess.run([python, "-c", KERAS_WEIGHTS.replace('"RegNetX002", 32', '"digits", None').replace("1000", "10"),
-                    str(weights)], check=True, timeout=300)
+    subprocess.run([python, "-c", KERAS_WEIGHTS.replace('"RegNetX002", 32', '"digits", None'), str(weights)],
+                   check=True, timeout=300)
     result = run_train(root)
     assert result.returncode == 0, result.output[-4000:]
-    assert "digits.h5: 4 layers loaded; left at their initial values: none" in result.output
+    assert ("digits.h5: 3 layers loaded; left at their initial values: dense_1 [(128, 10), (10,)] (file: "
+            "[(128, 1000), (1000,)])") in result.output
     subprocess.run([python, "-c", """
 import sys
 from dtc_train import tf_env
@@ -256,7 +260,9 @@ with h5py.File(sys.argv[2]) as handle:
     handle.visititems(lambda name, item: weights.__setitem__(name, item[()])
                       if isinstance(item, h5py.Dataset) else None)
 assert len(trained) == len(weights) == 8
-assert all(np.allclose(a, weights[n], atol=1e-6) for a, n in zip(trained, sorted(weights)))
+pairs = list(zip(trained, sorted(weights)))
+assert [a.shape for a, n in pairs if a.shape != weights[n].shape] == [(10,), (128, 10)]
+assert all(np.allclose(a, weights[n], atol=1e-6) for a, n in pairs if a.shape == weights[n].shape)
 """, str(root / "model" / "1"), str(weights)], check=True, timeout=300)
 
 
