@@ -7,10 +7,10 @@
 * B2: the same training fed real JPEGs (500 x 375, quality 90, generated here) through our DALI
   pipeline (GPU decode, random-resized crop 224, normalise) against a PyTorch DataLoader with PIL
   decode and the same augmentation on CPU workers. Target: DALI >= 0.95 x B1.
-* B3: Horovod's single-rank overhead: B1 with ``hvd.DistributedOptimizer`` (size 1) against plain
-  PyTorch, the two interleaved, medians of three runs each. Target <= 3 % (the PyTorch DDP paper's single-GPU overhead).
   ``dali_tuned``: the same pipeline with DALI's ResNet-50 example's settings (a deeper prefetch
   queue, the decoder's memory preallocated), to see what the 0.95 needs.
+* B3: Horovod's single-rank overhead: B1 with ``hvd.DistributedOptimizer`` (size 1) against plain
+  PyTorch, the two interleaved, medians of three runs each. Target <= 3 % (the PyTorch DDP paper's single-GPU overhead).
 * B4: NCCL allreduce bus bandwidth over every GPU of the machine (bench/collectives.py under
   mpirun with ``--device cuda``), nccl-tests' formula.
 * B5: ResNet-50 trained by the built-in trainer itself on B2's JPEGs (a job tree with training and
@@ -275,6 +275,7 @@ def main(argv=None) -> None:
                                        tuple(args.b5_trainers.split(",")))
             for name in args.b5_trainers.split(","):
                 result["B5"][name]["trainer_vs_b1"] = result["B5"][name]["trainer"]["images_per_s"] / b1
+            results.write_text(json.dumps(result, indent=2))
     if "B3" in parts:
         import horovod.torch as hvd
 
