@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     place = dali_data.Place(0, 1, 0, 1, contract.current_host())
     data = dali_data.rank_data("training", "validation", args.batch_size, place, lambda obj: [obj])
     gpu = args.device == "cuda"
-    pipes = data.pipelines(args.batch_size, device_id=0 if gpu else None, layout="CHW", seed=args.seed,
+    pipes = data.pipelines(args.batch_size, order=data.read_order(args.batch_size, args.seed),
+                           device_id=0 if gpu else None, layout="CHW", seed=args.seed,
                            num_threads=args.dali_threads, spec=choice.images)
     batches, val_batches = (DALIGenericIterator([pipe], ["images", "labels"], size=-1, auto_reset=True)
                             for pipe in pipes)

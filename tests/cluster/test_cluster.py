@@ -192,10 +192,11 @@ def test_a_two_host_job_stopped_mid_epoch_exits_143_on_every_host_and_resumes(ca
 def test_an_fsdp_job_stopped_on_two_hosts_resumes_on_one_host_and_then_on_two(tmp_path):
     """#20 items 2 and 5: builtin:pytorch with data-parallel=fsdp (FSDP2 over Gloo, 2 processes per
     host) stopped mid-epoch on two hosts (world size 4) resumes from the shared checkpoint on one
-    host (world size 2). The saved data positions belong to 4 ranks, so the stopped epoch starts
-    again at its first step (the documented rule) with the weights and optimizer state of the step
-    reached. The one-host job's checkpoint then resumes on two hosts, which finish as a two-host
-    job from scratch does (check_finished_two_host_job, torchrun-ddp's layout)."""
+    host (world size 2): at the step that goes on after the samples the 4 ranks had read of the
+    epoch's order (dali_data.ReadOrder; 4 ranks x 32 read 128 per step, 2 ranks 64: step 2s after
+    the old step s), with the weights and optimizer state of the step reached. The one-host job's
+    checkpoint then resumes on two hosts, which finish as a two-host job from scratch does
+    (check_finished_two_host_job, torchrun-ddp's layout)."""
     strategy = STRATEGIES["torchrun-ddp"]
     epochs = strategy.cluster_epochs
     common = ["--checkpoint-dir", str(tmp_path / "checkpoints"), *strategy.cluster_args(), "-p", "data-parallel=fsdp"]
@@ -207,10 +208,10 @@ def test_an_fsdp_job_stopped_on_two_hosts_resumes_on_one_host_and_then_on_two(tm
                                "-p", f"epochs={one_host_epochs}", timeout_s=600)
     log = done.stdout + done.stderr
     assert done.returncode == 0 and result["exit_code"] == 0, log[-6000:]
-    assert [int(v) for v in RESUMING.search(log).groups()] == [position[0], 0], log[-6000:]   # the epoch again
+    assert [int(v) for v in RESUMING.search(log).groups()] == [position[0], 2 * position[1]], log[-6000:]
     if position[1]:
-        assert (f"this job has 2 with 23: its data positions do not apply, so epoch {position[0] + 1} "
-                "starts again at its first step") in log, log[-6000:]
+        assert (f"this job has 2 with 23: epoch {position[0] + 1} goes on after the {128 * position[1]} samples of "
+                f"its order read so far, at step {2 * position[1]}") in log, log[-6000:]
     assert [int(e[0]) for e in METRIC.findall(log)] == list(range(position[0] + 1, one_host_epochs + 1)), log[-6000:]
     assert_identical_weights(log, 2)
     assert checkpoint_position(tmp_path) == (one_host_epochs, 0)

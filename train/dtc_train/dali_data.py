@@ -1,26 +1,38 @@
 """NVIDIA DALI input pipelines over an ImageFolder channel, sharded by rank.
 
 One pipeline definition serves both frameworks: the channel's image files (``channel.list_images``:
-labels from the sorted class-folder names, stray files left out) are read by ``fn.readers.file``,
+labels from the sorted class-folder names, stray files left out) are read by DALI
+(``fn.io.file.read`` in the trainer's order for training, ``fn.readers.file`` for evaluation),
 decoded on the CPU, or on the GPU with ``device="mixed"`` (nvJPEG/nvImageCodec) when the trainer
 has one, to the model's channels (grayscale or RGB: ``ImageSpec``; a file of the other kind is
 converted), brought to the model's size, augmented for training when asked, and normalised to
 float32. Without a GPU the pipeline is built with ``device_id=None``, which keeps DALI off CUDA
 entirely (DALI ``Pipeline`` docs).
 
-Sharding: reader shard ``i`` of ``S`` holds samples
+Training order (``ReadOrder``): the trainer, not DALI's shuffle buffer, owns the epochs. Each
+epoch is a seeded permutation of the channel read in global batches, rank ``r`` taking the
+``r``-th slice of each, so what a job has read of an epoch is always a prefix of its permutation:
+a job resumed at another world size goes on from there, and no sample of the epoch is skipped or
+read twice (``torch_common.restore``).
+
+Evaluation sharding: reader shard ``i`` of ``S`` holds samples
 ``[floor(i*N/S), floor((i+1)*N/S))`` of the sorted file list, the formula of DALI's
 ``_calculate_shard_sizes`` in ``nvidia/dali/plugin/base_iterator.py``; the shards are disjoint
 and cover the data set, so per-rank sums add up to exact totals. A channel whose hosts each hold
 a different part (``ShardedByS3Key`` on several hosts) is sharded among the host's ranks instead
-(``local_rank`` of ``local_size``): the shards of all hosts are still disjoint and cover every
-host's files, and every rank runs the steps of the smallest shard (``sharded_steps``).
+(``local_rank`` of ``local_size``), for training too (each rank permutes its own shard per epoch):
+the shards of all hosts are still disjoint and cover every host's files, and every rank runs the
+steps of the smallest shard (``sharded_steps``).
 """
 
 import dataclasses
+import functools
 import logging
 import math
+import os
 from dataclasses import dataclass
+
+import numpy as np
 
 from . import contract
 from .channel import Channel, list_images
@@ -128,30 +140,135 @@ def shard_size(total: int, shard_id: int, num_shards: int) -> int:
     return (total * (shard_id + 1)) // num_shards - (total * shard_id) // num_shards
 
 
+@functools.lru_cache(maxsize=2)
+def _permutation(seed: int, epoch: int, samples: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(samples)
+
+
+@dataclass(frozen=True)
+class ReadOrder:
+    """Which training samples a rank reads at each batch: the trainer's own epochs.
+
+    Epoch ``e`` is a permutation ``P_e`` of the samples (numpy's ``default_rng([seed, e])``,
+    the same on every rank). Its batches read ``P_e`` from the start in global strides of
+    ``lanes * batch_size``: batch ``b`` of lane ``l`` is ``P_e[o_b + l * batch_size + j]`` for
+    ``j < batch_size``, with ``o_b = b * lanes * batch_size`` (indices past the end wrap to its
+    start: the last batch of an epoch that does not divide evenly repeats a few). So after any
+    batch, what the job has read of the epoch is a prefix of ``P_e``, whatever the world size:
+    a job resumed with another one goes on from that prefix's end (``resumed_start``) and reads
+    every sample of the epoch once.
+
+    Attributes:
+        samples: how many samples are permuted: the channel's (every rank reading it, ``lanes``
+            = world size, ``lane`` = rank), or this rank's shard of its host's part of a
+            ``ShardedByS3Key`` channel (``lanes`` 1).
+        first: the listing index of sample 0 (the shard's first file).
+        batch_size: samples per batch on each rank.
+        lane / lanes: this reader's place in a global batch, and the readers sharing one.
+        batches_per_epoch: batches each rank reads per epoch (those the training loop takes;
+            a permutation's samples beyond them are left for that epoch).
+        seed: the permutations' seed.
+        start: ``(epoch, batch, offset)`` of the pipeline's first batch: the batch it is, and
+            the position in ``P_epoch`` where it starts (``b * lanes * batch_size`` unless the
+            epoch was begun by a job of another world size).
+    """
+
+    samples: int
+    batch_size: int
+    lane: int
+    lanes: int
+    batches_per_epoch: int
+    seed: int
+    first: int = 0
+    start: tuple[int, int, int] = (0, 0, 0)
+
+    @property
+    def stride(self) -> int:
+        """Samples one batch of all lanes reads."""
+        return self.lanes * self.batch_size
+
+    def locate(self, iteration: int) -> tuple[int, int]:
+        """(epoch, offset in its permutation) of the pipeline's batch number ``iteration``."""
+        epoch, batch, offset = self.start
+        left = self.batches_per_epoch - batch
+        if iteration < left:
+            return epoch, offset + iteration * self.stride
+        done = iteration - left
+        return epoch + 1 + done // self.batches_per_epoch, (done % self.batches_per_epoch) * self.stride
+
+    def offset(self, epoch: int, batch: int) -> int:
+        """Samples of ``P_epoch`` read by the whole job before batch ``batch`` of ``epoch``."""
+        start_epoch, start_batch, start_offset = self.start
+        if epoch == start_epoch:
+            return start_offset + (batch - start_batch) * self.stride
+        return batch * self.stride
+
+    def indices(self, iteration: int) -> np.ndarray:
+        """Listing indices (int64 [batch_size]) of the pipeline's batch number ``iteration``."""
+        epoch, offset = self.locate(iteration)
+        positions = (offset + self.lane * self.batch_size + np.arange(self.batch_size)) % self.samples
+        return self.first + _permutation(self.seed, epoch, self.samples)[positions]
+
+    def resumed_start(self, epoch: int, offset: int, micro_batches: int = 1) -> tuple[int, int, int]:
+        """The ``start`` that goes on with ``P_epoch`` after its first ``offset`` samples (read by
+        a job of any world size), at a batch that begins an optimizer step of ``micro_batches``:
+        the epoch's remaining steps are as many as its unread samples need (at least one), so
+        the batch is ``batches_per_epoch`` less that many steps' batches."""
+        unread = self.batches_per_epoch * self.stride - offset
+        steps = max(1, math.ceil(unread / (self.stride * micro_batches)))
+        return epoch, max(0, self.batches_per_epoch - steps * micro_batches), offset
+
+
+class _BatchSource:
+    """DALI ``external_source`` callback for batch ``BatchInfo.iteration`` of ``order``
+    (``ReadOrder.indices``): each sample's file path, encoded and zero-padded to the listing's
+    longest (uint8 [B, L]), its length (int32 [B, 1]) and its label (int32 [B, 1]). Three dense
+    arrays: DALI takes them in one copy each, where a list of B ragged paths costs the training
+    loop's thread ~20 us a sample. DALI keeps the iteration in its checkpoints, so a restored
+    pipeline asks on from where it was."""
+
+    def __init__(self, listing: Channel, order: ReadOrder):
+        self.root, self.files, self.order = listing.root, listing.files, order
+        self.width = max(len(os.path.join(listing.root, name).encode()) for name in listing.files)
+        self.labels = np.asarray(listing.labels, dtype=np.int32).reshape(-1, 1)
+
+    def __call__(self, info) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        indices = self.order.indices(info.iteration)
+        chosen = [os.path.join(self.root, self.files[i]).encode() for i in indices]
+        padded = np.frombuffer(b"".join(path.ljust(self.width, b"\0") for path in chosen), dtype=np.uint8)
+        lengths = np.array([[len(path)] for path in chosen], dtype=np.int32)
+        return padded.reshape(len(chosen), self.width), lengths, self.labels[indices]
+
+
 def steps_per_epoch(total: int, batch_size: int, world_size: int) -> int:
     """Training steps per epoch, the same on every rank: one pass over the data set in
     global batches of ``batch_size * world_size`` (the last one wrapping around)."""
     return math.ceil(total / (batch_size * world_size))
 
 
-def image_pipeline(listing: Channel, batch_size: int, shard_id: int, num_shards: int, *,
-                   training: bool, device_id: int | None, layout: str, spec: ImageSpec = DIGITS_IMAGES,
-                   seed: int = 0, num_threads: int = 2, position: str | None = None):
+def image_pipeline(listing: Channel, batch_size: int, *, order: ReadOrder | None = None, one_epoch: bool = False,
+                   shard: tuple[int, int] = (0, 1), device_id: int | None, layout: str,
+                   spec: ImageSpec = DIGITS_IMAGES, seed: int = 0, num_threads: int = 2, position: str | None = None):
     """Builds the DALI pipeline for one channel.
 
     Args:
         listing: the channel's image files (``channel.list_images``).
         batch_size: samples per batch on this rank.
-        shard_id / num_shards: this rank and the world size.
-        training: shuffle and wrap around forever; otherwise read the shard in order, padding
-            the last batch with its last sample, and start over at the shard's beginning.
+        order: training: the samples of each batch (``ReadOrder``; the pipeline is endless),
+            augmented when ``spec`` asks: the paths come from a DALI ``external_source`` (PyTorch's
+            iterator), or, with ``one_epoch``, the first epoch of ``order`` is listed for
+            ``fn.readers.file`` (DALI's TensorFlow dataset takes no Python source; the pipeline is
+            built per epoch and wraps around after it). Without it, evaluation: shard ``shard`` = ``(shard_id,
+            num_shards)`` read in order by ``fn.readers.file``, the last batch padded with its
+            last sample, starting over at the shard's beginning.
         device_id: the GPU for decoding and outputs, or ``None`` for CPU only.
         layout: ``"CHW"`` (PyTorch) or ``"HWC"`` (TensorFlow).
         spec: the model's input (channels, size, normalisation) and the training augmentation.
+        seed: the pipeline's random seed (augmentation).
         position: a checkpoint of this pipeline (DALI checkpointing, enabled on every pipeline
-            built here): the reader and RNG go on from it, so a restarted job reads the same
-            samples in the same order as if it had not stopped. DALI requires the same
-            operators and arguments as the pipeline that wrote it.
+            built here): its batch count and RNG go on from it, so a restarted job reads and
+            augments the same samples as if it had not stopped. DALI requires the same
+            operators and arguments (``order`` included) as the pipeline that wrote it.
 
     Returns:
         a built ``nvidia.dali.Pipeline`` with outputs (images float32 [B, C, S, S] or
@@ -159,14 +276,25 @@ def image_pipeline(listing: Channel, batch_size: int, shard_id: int, num_shards:
     """
     from nvidia.dali import fn, pipeline_def, types  # noqa: PLC0415  (DALI only when a pipeline is built)
 
+    training = order is not None
+
     @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed,
                   prefetch_queue_depth=2, enable_checkpointing=True)
     def pipeline():
-        encoded, labels = fn.readers.file(
-            file_root=listing.root, files=list(listing.files), labels=list(listing.labels), shard_id=shard_id,
-            num_shards=num_shards,
-            random_shuffle=training, initial_fill=256, pad_last_batch=not training,
-            stick_to_shard=not training, name=READER_NAME)
+        if one_epoch:
+            indices = np.concatenate([order.indices(i) for i in range(order.batches_per_epoch - order.start[1])])
+            encoded, labels = fn.readers.file(
+                file_root=listing.root, files=[listing.files[i] for i in indices],
+                labels=[listing.labels[i] for i in indices], name=READER_NAME)
+        elif training:   # the trainer's order: paths and labels, the files read by DALI's threads
+            padded, lengths, labels = fn.external_source(source=_BatchSource(listing, order), num_outputs=3,
+                                                         batch=True, batch_info=True,
+                                                         dtype=[types.UINT8, types.INT32, types.INT32])
+            encoded = fn.io.file.read(fn.slice(padded, start=[0], shape=lengths, axes=[0]))
+        else:
+            encoded, labels = fn.readers.file(
+                file_root=listing.root, files=list(listing.files), labels=list(listing.labels), shard_id=shard[0],
+                num_shards=shard[1], pad_last_batch=True, stick_to_shard=True, name=READER_NAME)
         decoder = dict(device="mixed" if device_id is not None else "cpu",
                        output_type=types.GRAY if spec.channels == 1 else types.RGB)
         mirror = 0
@@ -251,8 +379,8 @@ def sharded_steps(shards: list[int], batch_size: int) -> tuple[int, int]:
 
     Every rank must run the same number of steps (each step is a collective), so it is the
     smallest over ranks of ``ceil(shard / batch_size)``; a larger shard reads ``steps *
-    batch_size`` of its samples per epoch, and its reader goes on with the rest in the next
-    (shuffled) epoch.
+    batch_size`` of its samples per epoch (``ReadOrder``: the first of that epoch's permutation
+    of the shard), and the rest are not read in that epoch.
 
     Args:
         shards: samples of every rank's shard (all positive: ``check_host_parts``).
@@ -298,7 +426,7 @@ class RankData:
         train / val: this rank's part of each channel.
         steps_per_epoch: training steps per epoch, equal on all ranks.
         val_shard: this rank's validation shard.
-        rank: the global rank (its training pipeline is shuffled with ``seed + rank``).
+        rank: the global rank (its training pipeline augments with seed ``seed + rank``).
         unread_per_epoch: training samples, over all ranks, not read in an epoch (host-sharded
             training channels whose hosts' shards differ: ``sharded_steps``).
     """
@@ -321,25 +449,40 @@ class RankData:
         """The class folder names, sorted; label ``i`` is ``classes[i]`` in both channels."""
         return self.train.listing.classes
 
-    def pipelines(self, batch_size: int, *, device_id: int | None, layout: str, seed: int, num_threads: int,
-                  spec: ImageSpec = DIGITS_IMAGES, train_position: str | None = None):
-        """(training, validation) pipelines for this rank, the training one resumed at
-        ``train_position`` when given; see ``image_pipeline``."""
+    def read_order(self, batch_size: int, seed: int, micro_batches: int = 1,
+                   start: tuple[int, int, int] = (0, 0, 0)) -> ReadOrder:
+        """This rank's training order (``ReadOrder``) from ``start``: every rank a lane of the
+        channel's epochs, or, on a host-sharded channel, the rank's own shard of its host's part.
+        An epoch is the loop's: whole optimizer steps of ``micro_batches`` batches
+        (``loop.optimizer_steps``)."""
+        batches = self.steps_per_epoch // micro_batches * micro_batches
+        train = self.train
+        if train.host_sharded:
+            first = len(train.listing) * train.shard_id // train.num_shards
+            return ReadOrder(train.shard, batch_size, 0, 1, batches, seed, first, start)
+        return ReadOrder(len(train.listing), batch_size, train.shard_id, train.num_shards, batches, seed, 0, start)
+
+    def pipelines(self, batch_size: int, *, order: ReadOrder, device_id: int | None, layout: str, seed: int,
+                  num_threads: int, spec: ImageSpec = DIGITS_IMAGES, train_position: str | None = None):
+        """(training, validation) pipelines for this rank, the training one reading ``order``
+        (``read_order``) and restored at ``train_position`` when given; see ``image_pipeline``."""
         common = dict(device_id=device_id, layout=layout, num_threads=num_threads, spec=spec)
-        return (self.train_pipeline(batch_size, seed=seed, position=train_position, **common),
+        return (self.train_pipeline(batch_size, order=order, seed=seed, position=train_position, **common),
                 self.val_pipeline(batch_size, **common))
 
-    def train_pipeline(self, batch_size: int, *, device_id: int | None, layout: str, seed: int, num_threads: int,
-                       spec: ImageSpec = DIGITS_IMAGES, position: str | None = None):
-        """This rank's training pipeline (shuffled with ``seed + rank``); see ``image_pipeline``."""
-        return image_pipeline(self.train.listing, batch_size, self.train.shard_id, self.train.num_shards,
-                              training=True, seed=seed + self.rank, device_id=device_id, layout=layout, spec=spec,
-                              num_threads=num_threads, position=position)
+    def train_pipeline(self, batch_size: int, *, order: ReadOrder, device_id: int | None, layout: str, seed: int,
+                       num_threads: int, spec: ImageSpec = DIGITS_IMAGES, position: str | None = None,
+                       one_epoch: bool = False):
+        """This rank's training pipeline over ``order`` (augmented with seed ``seed + rank``); see
+        ``image_pipeline``."""
+        return image_pipeline(self.train.listing, batch_size, order=order, one_epoch=one_epoch, seed=seed + self.rank,
+                              device_id=device_id, layout=layout, spec=spec, num_threads=num_threads,
+                              position=position)
 
     def val_pipeline(self, batch_size: int, *, device_id: int | None, layout: str, num_threads: int,
                      spec: ImageSpec = DIGITS_IMAGES):
         """This rank's validation pipeline, its shard in order; see ``image_pipeline``."""
-        return image_pipeline(self.val.listing, batch_size, self.val.shard_id, self.val.num_shards, training=False,
+        return image_pipeline(self.val.listing, batch_size, shard=(self.val.shard_id, self.val.num_shards),
                               device_id=device_id, layout=layout, spec=spec, num_threads=num_threads)
 
 

@@ -79,9 +79,9 @@ class Resume:
 def optimizer_steps(batches_per_epoch: int, micro_batches: int, batch_size: int) -> int:
     """Optimizer steps per epoch under gradient accumulation (``--gradient-accumulation-steps``
     = ``micro_batches``) for ``batches_per_epoch`` batches per rank (the same on every rank): whole
-    groups of ``micro_batches``. The batches left over are not trained in that epoch: the PyTorch
-    trainers' DALI readers, which are endless, start the next epoch with them; the TensorFlow
-    trainers start each epoch's input anew (shuffled by the epoch), and they are skipped.
+    groups of ``micro_batches``. The batches left over are not trained in that epoch: every
+    trainer starts each epoch's input anew (``dali_data.ReadOrder``'s next permutation, or the
+    TensorFlow input shuffled by the epoch), so they are skipped.
 
     Raises:
         ValueError: fewer batches per epoch than ``micro_batches``, naming the hyperparameters.

@@ -162,11 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         model = DistributedDataParallel(module, device_ids=[local_rank] if device.type == "cuda" else None)
         states = torch_common.PLAIN_STATE
         accumulation = torch_common.Accumulation(micro_batches, model.no_sync)
-    steps = accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)
+    accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)   # too few batches: refused here
     # gradients are averaged over the ranks; the linear scaling rule multiplies the rate by the world size.
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
     precision = torch_common.Precision.build(args.precision, device)
-    resume = torch_common.restore(args, model, optimizer, rank, size, steps, collectives, states, precision)
+    resume = torch_common.restore(args, model, optimizer, rank, size,
+                                  data.read_order(args.batch_size, args.seed, micro_batches), micro_batches,
+                                  collectives, states, precision, host_sharded=data.train.host_sharded)
     code = torch_common.train(args, model, module, optimizer, data, device, dali_device_id, rank, size, collectives,
                               stop_request, resume, args.data_parallel, choice, states, precision,
                               buffers_synced=args.data_parallel == "ddp", accumulation=accumulation, layout=layout)

@@ -75,11 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     # starts empty, so state loaded into the plain one (momentum buffers) would be dropped
     # Horovod counts the backward passes of an accumulated step itself: no context needed
     accumulation = torch_common.Accumulation(args.gradient_accumulation_steps)
-    steps = accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)
+    accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)   # too few batches: refused here
     optimizer = distributed_optimizer(model, args.learning_rate * size, args.momentum, args.allreduce_compression,
                                       accumulation.micro_batches)
     precision = torch_common.Precision.build(args.precision, device, horovod=True)
-    resume = torch_common.restore(args, model, optimizer, rank, size, steps, collectives, precision=precision)
+    resume = torch_common.restore(args, model, optimizer, rank, size,
+                                  data.read_order(args.batch_size, args.seed, accumulation.micro_batches),
+                                  accumulation.micro_batches, collectives, precision=precision,
+                                  host_sharded=data.train.host_sharded)
     # parameters only: the buffers (batch normalization's statistics) are each rank's own, restored
     # from the checkpoint; a new job's are equal on every rank (same seed)
     hvd.broadcast_parameters(list(model.named_parameters()), root_rank=0)

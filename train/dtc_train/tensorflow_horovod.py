@@ -125,10 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     val_pipe = data.val_pipeline(args.batch_size, **pipeline_settings)
 
     def epoch_input(epoch: int, first_batch: int):
-        # one pipeline per epoch, its order from the seed and the epoch; a resumed epoch skips the
-        # batches it had done (DALI's TensorFlow dataset cannot be restored from a DALI checkpoint)
-        pipe = data.train_pipeline(args.batch_size, seed=args.seed + EPOCH_SEED_STRIDE * epoch,
-                                   **pipeline_settings)
+        # one pipeline per epoch (dali_data.ReadOrder from the epoch's start), its augmentation
+        # seeded by the epoch; a resumed epoch skips the batches it had done (DALI's TensorFlow
+        # dataset cannot be restored from a DALI checkpoint)
+        order = data.read_order(args.batch_size, args.seed, micro_batches, start=(epoch, 0, 0))
+        pipe = data.train_pipeline(args.batch_size, order=order, seed=args.seed + EPOCH_SEED_STRIDE * epoch,
+                                   one_epoch=True, **pipeline_settings)
         return _dataset(pipe, args.batch_size, device_id, shape).skip(first_batch)
 
     model = choice.build(len(data.classes))

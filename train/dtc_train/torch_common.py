@@ -7,15 +7,17 @@ staged outside the directory, fsync, rename) on the ``checkpoint-every`` schedul
 epoch), at the end, and when the job is stopped (``stop.StopRequest``: within 10 steps).
 One file holds everything a restart needs to go on as if it had not stopped: the position
 (epochs done, steps done in the next), the model, the optimizer, rank 0's RNG, the epoch's
-training sums so far, every rank's DALI reader and RNG state (DALI checkpointing, gathered
-to rank 0), and every rank's floating-point buffers (batch normalization's running statistics,
-which Horovod and FSDP2 leave per rank within an epoch: ``average_buffers``). At start rank 0
+training sums so far, the training order's state (``TorchBackend.data_order``), every rank's DALI
+pipeline position and RNG state (DALI checkpointing, gathered to rank 0), and every rank's
+floating-point buffers (batch normalization's running statistics, which Horovod and FSDP2
+leave per rank within an epoch: ``average_buffers``). At start rank 0
 reads it and broadcasts it, so every rank, on every host, resumes at the same step with its own
 data position (a managed-spot restart restores the directory from ``checkpoint_s3_uri``;
 SageMaker docs, model-checkpoints). Training continues from there, so a
 checkpoint is only ever replaced by a later one. An unreadable checkpoint is named in the log and
-training starts over; one from a different world size resumes the model and optimizer at the
-start of its epoch (the data positions belong to other shards). Nothing in it names a host.
+training starts over; one from a different world size goes on mid-epoch after the samples of the
+epoch's order the old ranks had read (``restore``, ``dali_data.ReadOrder``). Nothing in it names a
+host.
 
 A sharded model (``StateDicts.shards``: FSDP2) keeps its model and optimizer state out of that
 file: every rank writes its own part into a new directory ``<checkpoint-dir>/shards-<ns>``
@@ -28,6 +30,7 @@ to) onto every host.
 """
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import time
@@ -325,33 +328,64 @@ def _load_state(checkpoint_dir: str, state: dict, model, optimizer, states: Stat
         ) from error
 
 
-def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
-            collectives: Collectives, states: StateDicts = PLAIN_STATE, precision: Precision = FP32
-            ) -> tuple[loop.Resume, str | None]:
+def restore(args, model, optimizer, rank: int, size: int, order: dali_data.ReadOrder, micro_batches: int,
+            collectives: Collectives, states: StateDicts = PLAIN_STATE, precision: Precision = FP32,
+            host_sharded: bool = False) -> tuple[loop.Resume, dali_data.ReadOrder, str | None]:
     """Loads rank 0's checkpoint (if any) into ``model`` and ``optimizer`` on every rank
-    (``states``), and fp16's loss scale into ``precision.scaler``. Returns where training goes on
-    and this rank's DALI data position (``None``:
-    start the reader afresh). Call before building the training pipeline
-    (``dali_data.RankData.pipelines(train_position=...)``).
+    (``states``), and fp16's loss scale into ``precision.scaler``. Returns where training goes on,
+    this rank's training order from there (``order``, a fresh job's, with its ``start``) and its
+    DALI position (``None``: a fresh pipeline). Call before building the training pipeline
+    (``dali_data.RankData.pipelines``).
+
+    A checkpoint of this world size and epoch length resumes exactly: the writer's order and DALI
+    position (augmentation included). One written mid-epoch by another world size, or another
+    batch size or gradient-accumulation setting, over the same training samples, goes on after the
+    part of the epoch's permutation the old job had read, at the step that leaves the new job as
+    many steps as the rest of the epoch needs (``ReadOrder.resumed_start``): no sample of the epoch
+    is skipped or read twice (the last step's batches may run past the epoch's samples, as a
+    fresh epoch's last step does). A ``ShardedByS3Key`` training channel, whose hosts' parts change
+    with the instance count, or a channel of another size starts the epoch again.
 
     Raises:
         ValueError: the checkpoint's state does not load into ``model`` and ``optimizer``.
     """
     state = collectives.broadcast_object(read_checkpoint(args.checkpoint_dir) if rank == 0 else None)
     if state is None:
-        return loop.Resume(), None
+        return loop.Resume(), order, None
     _load_state(args.checkpoint_dir, state, model, optimizer, states)
     if precision.scaler is not None and state.get("grad_scaler"):
         precision.scaler.load_state_dict(state["grad_scaler"])
     epoch, step = state["epoch"], state.get("step", 0)
+    steps_per_epoch = order.batches_per_epoch // micro_batches
     positions = state.get("data_positions") or []
-    same_layout = len(positions) == size and state.get("steps_per_epoch") == steps_per_epoch
-    if step and not same_layout:
+    saved = state.get("data_order") or {}
+    same_layout = (len(positions) == size and state.get("steps_per_epoch") == steps_per_epoch
+                   and saved.get("batch_size") == order.batch_size and saved.get("samples") == order.samples)
+    mapped = (not same_layout and step and saved.get("samples") == order.samples and not saved.get("host_sharded")
+              and not host_sharded)
+    position = None
+    if same_layout:
+        order = dataclasses.replace(order, start=tuple(saved["start"]))
+        position = positions[rank]
+    elif mapped:
+        order = dataclasses.replace(order, start=order.resumed_start(epoch, saved["offset"], micro_batches))
         if rank == 0:
-            common.log.warning("the checkpoint was written by %d ranks with %s steps per epoch, this job has %d "
-                               "with %d: its data positions do not apply, so epoch %d starts again at its first step",
-                               len(positions), state.get("steps_per_epoch"), size, steps_per_epoch, epoch + 1)
+            common.log.info("the checkpoint was written by %d ranks with %s steps per epoch, this job has %d with %d: "
+                            "epoch %d goes on after the %d samples of its order read so far, at step %d",
+                            len(positions), state.get("steps_per_epoch"), size, steps_per_epoch, epoch + 1,
+                            saved["offset"], order.start[1] // micro_batches)
+        step = order.start[1] // micro_batches
+    elif step:
+        if rank == 0:
+            common.log.warning("the checkpoint was written by %d ranks with %s steps per epoch over %s training "
+                               "samples, this job has %d with %d over %d%s: its data positions do not apply, so "
+                               "epoch %d starts again at its first step", len(positions),
+                               state.get("steps_per_epoch"), saved.get("samples"), size, steps_per_epoch,
+                               order.samples, " (ShardedByS3Key)" if host_sharded or saved.get("host_sharded") else "",
+                               epoch + 1)
         step = 0
+    if not same_layout and not mapped:
+        order = dataclasses.replace(order, start=(epoch, 0, 0))
     if rank == 0:
         torch.set_rng_state(state["rng"])
         common.log.info("resuming from %s: epoch %d of %d done, %d of %d steps of epoch %d done",
@@ -366,22 +400,24 @@ def restore(args, model, optimizer, rank: int, size: int, steps_per_epoch: int,
     sums = state.get("train_sums") if step else None
     resume = loop.Resume(epoch, step, None if sums is None else np.asarray(sums, dtype=np.float64),
                          state.get("plateau"))
-    return resume, positions[rank] if same_layout else None
+    return resume, order, position
 
 
 def save_checkpoint(args, epoch: int, step: int, model, optimizer, train_batches: "Batches",
                     total: np.ndarray | None, rank: int, steps_per_epoch: int, collectives: Collectives,
                     states: StateDicts = PLAIN_STATE, precision: Precision = FP32,
-                    plateau_state: dict | None = None) -> None:
+                    plateau_state: dict | None = None, data_order: dict | None = None) -> None:
     """Writes the checkpoint of position (``epoch`` done, ``step`` steps of the next done), with
-    the epoch's training sums so far over every rank (``total``, ``loop.SUMS``) and the
-    early-stopping state ``plateau_state``. Collective: every rank calls it at the same step (its
+    the epoch's training sums so far over every rank (``total``, ``loop.SUMS``), the
+    early-stopping state ``plateau_state`` and the training order's state ``data_order``
+    (``TorchBackend.data_order``). Collective: every rank calls it at the same step (its
     data position is gathered, and a sharded model's state); rank 0 writes."""
     positions = collectives.allgather_object(train_batches.position())
     buffers = collectives.allgather_object(rank_buffers(model))
     checkpoint = {"epoch": epoch, "step": step, "steps_per_epoch": steps_per_epoch, "rng": torch.get_rng_state(),
                   "train_sums": None if total is None else torch.from_numpy(np.asarray(total, dtype=np.float64)),
-                  "data_positions": positions, "rank_buffers": buffers if any(buffers) else None,
+                  "data_positions": positions, "data_order": data_order,
+                  "rank_buffers": buffers if any(buffers) else None,
                   "grad_scaler": precision.scaler.state_dict() if precision.scaler is not None else None,
                   "plateau": plateau_state}
     if states.shards is not None:
@@ -561,11 +597,11 @@ class TorchBackend:
             otherwise they are averaged after each epoch's steps (``average_buffers``).
     """
 
-    def __init__(self, args, model, optimizer, data: dali_data.RankData, train_batches: "Batches",
-                 val_batches: "Batches", rank: int, collectives: Collectives, states: StateDicts = PLAIN_STATE,
-                 precision: Precision = FP32, buffers_synced: bool = True,
+    def __init__(self, args, model, optimizer, data: dali_data.RankData, order: dali_data.ReadOrder,
+                 train_batches: "Batches", val_batches: "Batches", rank: int, collectives: Collectives,
+                 states: StateDicts = PLAIN_STATE, precision: Precision = FP32, buffers_synced: bool = True,
                  accumulation: Accumulation = NO_ACCUMULATION):
-        self.args, self.model, self.optimizer, self.data = args, model, optimizer, data
+        self.args, self.model, self.optimizer, self.data, self.order = args, model, optimizer, data, order
         self.train_batches, self.val_batches = train_batches, val_batches
         self.rank, self.collectives, self.states, self.precision = rank, collectives, states, precision
         self.buffers_synced, self.accumulation = buffers_synced, accumulation
@@ -575,7 +611,15 @@ class TorchBackend:
                                      rank)
 
     def begin_epoch(self, epoch: int, first_step: int) -> None:
-        pass   # the DALI reader is endless and restored at its position
+        pass   # the training pipeline is endless, its epochs those of self.order
+
+    def data_order(self, epoch: int, step: int) -> dict:
+        """What a job of any world size needs to go on with the training order after ``step``
+        steps of epoch ``epoch`` (``restore``): the order's ``start`` (this world size's exact
+        resume), the samples of the epoch's permutation read by then, the order's size and batch."""
+        return {"start": list(self.order.start), "samples": self.order.samples, "batch_size": self.order.batch_size,
+                "offset": self.order.offset(epoch, step * self.accumulation.micro_batches),
+                "host_sharded": self.data.train.host_sharded}
 
     def set_learning_rate(self, rate: float) -> None:
         for group in self.optimizer.param_groups:
@@ -603,12 +647,13 @@ class TorchBackend:
 
     def save(self, epoch: int, step: int, train_sums: np.ndarray | None, plateau_state: dict) -> None:
         save_checkpoint(self.args, epoch, step, self.model, self.optimizer, self.train_batches, train_sums, self.rank,
-                        self.steps_per_epoch, self.collectives, self.states, self.precision, plateau_state)
+                        self.steps_per_epoch, self.collectives, self.states, self.precision, plateau_state,
+                        self.data_order(epoch, step))
 
 
 def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankData, device: torch.device,
           dali_device_id: int | None, rank: int, size: int, collectives: Collectives,
-          stop_request: stop.StopRequest, resume: tuple[loop.Resume, str | None], strategy: str,
+          stop_request: stop.StopRequest, resume: tuple[loop.Resume, dali_data.ReadOrder, str | None], strategy: str,
           choice: torch_model.ModelChoice, states: StateDicts = PLAIN_STATE, precision: Precision = FP32,
           buffers_synced: bool = True, accumulation: Accumulation = NO_ACCUMULATION,
           layout: torch.memory_format = torch.contiguous_format) -> int:
@@ -617,11 +662,11 @@ def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankD
     ``TorchBackend``), saves the model (``finish``, from ``module``: the model without its
     data-parallel wrapper) and writes the report. Returns 0, or ``128 + N`` when stopped by
     signal N (the checkpoint written, the report too)."""
-    position, data_position = resume
-    train_pipe, val_pipe = data.pipelines(args.batch_size, device_id=dali_device_id, layout="CHW",
+    position, order, data_position = resume
+    train_pipe, val_pipe = data.pipelines(args.batch_size, order=order, device_id=dali_device_id, layout="CHW",
                                           seed=args.seed, num_threads=args.dali_threads, spec=choice.images,
                                           train_position=data_position)
-    backend = TorchBackend(args, model, optimizer, data, Batches(train_pipe, device, layout),
+    backend = TorchBackend(args, model, optimizer, data, order, Batches(train_pipe, device, layout),
                            Batches(val_pipe, device, layout), rank,
                            collectives, states, precision, buffers_synced, accumulation)
     observer = observe.Observer(args, rank, size, backend.steps_per_epoch,
