@@ -1,5 +1,5 @@
 """Speed and regularisation features of the PyTorch trainers, and gradient accumulation of the
-TensorFlow Horovod and mirrored trainers (#19 item 3), each shown to change what it claims: gradient
+TensorFlow Horovod, mirrored and parameter-server trainers (#19 item 3), each shown to change what it claims: gradient
 accumulation takes a k times larger batch's step with one reduction per step, Horovod's fp16
 allreduce compression averages float16 values, label smoothing computes the smoothed
 cross-entropy. (precision: test_precision.py; the learning-rate schedule:
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from dtc_train import torch_common, torch_model
-from helpers import BIN, PROGRAMS, read_json
+from helpers import BIN, PROGRAMS, STRATEGIES, digits_job, own_torch_port, read_json, run_train
 
 RANKS = 2
 
@@ -91,6 +91,44 @@ def test_mirrored_gradient_accumulation_takes_the_larger_batchs_step_applying_on
     assert result["max_weight_difference"] <= 1e-6, result
     assert result["samples"] == [96.0, 96.0], result
     assert result["moved_only_on_last_batch"] is True, result
+
+
+# The largest difference between the variables of two SavedModels (argv[1], argv[2]) paired in
+# name order, and the largest variable, as JSON
+SAVED_MODELS_COMPARE = """
+import json, sys
+from dtc_train import tf_env
+import numpy as np, tensorflow as tf
+a, b = (sorted(tf.saved_model.load(path).variables, key=lambda v: v.name) for path in sys.argv[1:3])
+assert [v.name for v in a] == [v.name for v in b] and a
+print(json.dumps({"max_difference": max(float(np.abs(x.numpy() - y.numpy()).max()) for x, y in zip(a, b)),
+                  "max_weight": max(float(np.abs(x.numpy()).max()) for x in a)}))
+"""
+
+
+def test_parameter_server_gradient_accumulation_takes_the_larger_batchs_step(digits_channels, tmp_path):
+    """builtin:tensorflow with the parameter server and one worker (which runs the scheduled steps
+    in order): an epoch of steps of 2 batches of 16 (gradient-accumulation-steps=2, both on the
+    step's worker, applied once) ends with the weights of an epoch of batches of 32 holding the
+    same samples (one seeded stream, batched in order), with the same step count and samples."""
+    saved, logs = [], []
+    for name, batch_size, micro_batches in (("whole", 32, 1), ("accumulated", 16, 2)):
+        root = digits_job(tmp_path / name, digits_channels, {
+            **STRATEGIES["parameter-server"].hyperparameters(), "epochs": 1, "batch-size": batch_size,
+            "gradient-accumulation-steps": micro_batches})
+        result = run_train(root, env=own_torch_port())
+        assert result.returncode == 0, result.output[-3000:]
+        saved.append(str(root / "model" / "1"))
+        logs.append(result.output)
+    assert "gradient accumulation: 2 micro-batches of 16 per optimizer step, all on the worker the step is " \
+           "scheduled on (32 samples per step), 45 steps per epoch" in logs[1], logs[1][-3000:]
+    for log in logs:
+        assert "1437 training images (45 steps/epoch)" in log, log[-3000:]
+    done = subprocess.run([sys.executable, "-c", SAVED_MODELS_COMPARE, *saved], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    compared = json.loads(done.stdout.strip().splitlines()[-1])
+    assert compared["max_weight"] > 0.01 and compared["max_difference"] <= 1e-5, compared
 
 
 def _compressed_step(compression: str, out_dir) -> list[dict]:

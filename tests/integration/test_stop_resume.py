@@ -85,12 +85,13 @@ def test_a_job_stopped_at_a_random_moment_resumes_where_it_stopped(case, digits_
     check_stop_and_resume(case, digits_channels, tmp_path)
 
 
-@pytest.mark.parametrize("case", ["torchrun-ddp", "mpi-tensorflow", "multi-worker-mirrored"])
+@pytest.mark.parametrize("case", ["torchrun-ddp", "mpi-tensorflow", "multi-worker-mirrored", "parameter-server"])
 def test_a_job_accumulating_gradients_stopped_at_a_random_moment_resumes_where_it_stopped(case, digits_channels,
                                                                                           tmp_path):
     """Steps of 2 batches each (gradient-accumulation-steps) under DDP, under Horovod with
-    tf-keras (backward_passes_per_step) and under MultiWorkerMirroredStrategy (the trainer's
-    accumulating train functions): the stop, the checkpoint and the resumed data position
+    tf-keras (backward_passes_per_step), under MultiWorkerMirroredStrategy (the trainer's
+    accumulating train functions) and on the parameter server (both batches in one scheduled
+    step; the resumed stream skips 2 batches per step done): the stop, the checkpoint and the resumed data position
     fall on optimizer steps, never between a step's batches (PyTorch's Horovod accumulation, proven
     against the larger batch in test_speed_features.py, resumes through the same loop and
     checkpoint as DDP's; its run here took 3.7 minutes of CI). Twice the epochs, so that the job
@@ -99,9 +100,13 @@ def test_a_job_accumulating_gradients_stopped_at_a_random_moment_resumes_where_i
     under accumulation)."""
     full_log, accuracy = check_stop_and_resume(case, digits_channels, tmp_path, epochs=2 * EPOCHS,
                                                **{"gradient-accumulation-steps": 2, "learning-rate": 0.02})
-    line = re.search(r"gradient accumulation: 2 micro-batches of 32 per optimizer step on each rank \((\d+) samples "
-                     r"per step over (\d+) ranks\), \d+ steps per epoch", full_log)
-    assert line and int(line[1]) == 2 * 32 * int(line[2]), full_log[-3000:]
+    if case == "parameter-server":
+        assert "gradient accumulation: 2 micro-batches of 32 per optimizer step, all on the worker the step is " \
+               "scheduled on (64 samples per step), 22 steps per epoch" in full_log, full_log[-3000:]
+    else:
+        line = re.search(r"gradient accumulation: 2 micro-batches of 32 per optimizer step on each rank \((\d+) "
+                         r"samples per step over (\d+) ranks\), \d+ steps per epoch", full_log)
+        assert line and int(line[1]) == 2 * 32 * int(line[2]), full_log[-3000:]
     assert accuracy >= 0.90
 
 

@@ -29,7 +29,6 @@ def test_the_defaults_and_values_are_parsed_once_into_their_types():
     (config.TENSORFLOW_PS, "dali-threads", "2"),
     (config.TENSORFLOW_PS, "progress-seconds", "5"),           # asynchronous steps: no progress within an epoch
     (config.TENSORFLOW_PS, "nonfinite-loss", "continue"),
-    (config.TENSORFLOW_PS, "gradient-accumulation-steps", "2"),        # asynchronous steps: no accumulator
     (config.PYTORCH_DDP, "allreduce-compression", "fp16"),     # Horovod's
     (config.PYTORCH_HOROVOD, "data-parallel", "fsdp"),
     (config.PYTORCH_HOROVOD, "cpu-replicas", "2"),

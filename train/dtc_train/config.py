@@ -161,7 +161,7 @@ def _options() -> tuple[Option, ...]:
             type=step_range, metavar="A:B", default=None,
             help="rank 0 records a torch.profiler trace of the job's optimizer steps A to B (1-based, counted over "
                  "epochs) into tensorboard-dir")),
-        Option("--gradient-accumulation-steps", PYTORCH | {TENSORFLOW_HOROVOD, TENSORFLOW_MIRRORED}, dict(
+        Option("--gradient-accumulation-steps", ALL, dict(
             type=positive_int, default=1,
             help="batches of batch-size per optimizer step, their gradients added up on each rank (replica) and "
                  "averaged over the ranks once per step; 1: none")),

@@ -6,7 +6,8 @@ with ``sagemaker_parameter_server_enabled`` writes it and starts the servers;
 ``dtc_entrypoint.launch_tf``). The chief reads the training channel into memory and the
 coordinator creates a per-worker ``tf.data`` pipeline from it (the data travels with the
 dataset function, so workers need no files); each scheduled step takes a batch of
-``--batch-size`` on one worker. After each epoch (``ceil(samples / batch_size)`` steps,
+``--batch-size`` on one worker (``--gradient-accumulation-steps`` k: k batches on that worker, their
+gradients added up and applied once). After each epoch (``ceil(samples / batch_size)`` batches,
 ``coordinator.join()``) the chief copies the variables into a local model and scores the whole
 validation channel exactly; it logs the metric line and at the end saves the SavedModel to
 ``<model_dir>/1``. Checkpoints (``tf_checkpoint``: the variables read from the parameter
@@ -118,10 +119,15 @@ def main(argv: list[str] | None = None) -> int:
         listing.log_ignored(common.log)
     train_images, train_labels = image_folder.read(training, spec, spec.eval_resize if spec.augment else spec.size)
     val_images, val_labels = image_folder.read(validation, spec)
-    steps = math.ceil(len(train_labels) / args.batch_size)
+    micro_batches = args.gradient_accumulation_steps
+    steps = loop.optimizer_steps(math.ceil(len(train_labels) / args.batch_size), micro_batches, args.batch_size)
     common.log.info("TensorFlow %s ParameterServerStrategy: chief on %s, %d workers, %d parameter servers; "
                     "%d training images (%d steps/epoch), %d validation images", tf.__version__,
                     contract.current_host(), workers, servers, len(train_labels), steps, len(val_labels))
+    if micro_batches > 1:
+        common.log.info("gradient accumulation: %d micro-batches of %d per optimizer step, all on the worker the "
+                        "step is scheduled on (%d samples per step), %d steps per epoch", micro_batches,
+                        args.batch_size, micro_batches * args.batch_size, steps)
 
     def dataset_fn(batches_done: int):
         # one stream over every epoch (reshuffled each pass, from the seed); a resumed job skips
@@ -145,29 +151,37 @@ def main(argv: list[str] | None = None) -> int:
 
     @tf.function
     def train_step(iterator):
-        def replica_fn(images, labels):
-            with tf.GradientTape() as tape:
-                logits = model(images, training=True)
-                loss = tf.reduce_mean(loss_fn(labels, logits))   # one worker's batch: its own mean
-            optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables,
-                                          strict=True))
-            batch = tf.cast(tf.shape(labels)[0], tf.float64)
-            loss_sum.assign_add(tf.cast(loss, tf.float64) * batch)
-            correct.assign_add(tf.reduce_sum(tf.cast(
-                tf.argmax(logits, 1, output_type=tf.int32) == labels, tf.float64)))
-            seen.assign_add(batch)
+        # one optimizer step on micro_batches batches, all on the worker this step runs on: each
+        # batch's mean loss over micro_batches, the gradients added up, applied once (the mean over
+        # the k equal batches: a k-times-larger batch's step)
+        def replica_fn(batches):
+            gradients = None
+            for images, labels in batches:
+                with tf.GradientTape() as tape:
+                    logits = model(images, training=True)
+                    loss = tf.reduce_mean(loss_fn(labels, logits))   # one worker's batch: its own mean
+                    share = loss / micro_batches
+                batch_gradients = tape.gradient(share, model.trainable_variables)
+                gradients = batch_gradients if gradients is None else [
+                    total + gradient for total, gradient in zip(gradients, batch_gradients, strict=True)]
+                batch = tf.cast(tf.shape(labels)[0], tf.float64)
+                loss_sum.assign_add(tf.cast(loss, tf.float64) * batch)
+                correct.assign_add(tf.reduce_sum(tf.cast(
+                    tf.argmax(logits, 1, output_type=tf.int32) == labels, tf.float64)))
+                seen.assign_add(batch)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
 
-        images, labels = next(iterator)
-        strategy.run(replica_fn, args=(images, labels))
+        strategy.run(replica_fn, args=([next(iterator) for _ in range(micro_batches)],))
 
     resume = tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, optimizer)
-    iterator = iter(coordinator.create_per_worker_dataset(lambda: dataset_fn(resume.epoch * steps + resume.step)))
+    iterator = iter(coordinator.create_per_worker_dataset(
+        lambda: dataset_fn((resume.epoch * steps + resume.step) * micro_batches)))
     local = choice.build(len(training.classes))   # the chief's copy for validation and saving
     backend = ParameterServerBackend(args, coordinator, model, optimizer, train_step, iterator, sums, local,
                                      (val_images, val_labels), workers, steps)
     # steps are scheduled asynchronously on the workers: no progress lines within an epoch
-    observer = observe.Observer(dataclasses.replace(args, progress_seconds=0), 0, workers, steps, args.batch_size,
-                                "parameter_server")
+    observer = observe.Observer(dataclasses.replace(args, progress_seconds=0), 0, workers, steps,
+                                args.batch_size * micro_batches, "parameter_server")
     try:
         val_accuracy = loop.fit(loop.Rules.of(args), backend, observer, stop_request, resume)
     except stop.Stopped as stopped:
