@@ -223,21 +223,24 @@ class _BatchSource:
     """DALI ``external_source`` callback for batch ``BatchInfo.iteration`` of ``order``
     (``ReadOrder.indices``): each sample's file path, encoded and zero-padded to the listing's
     longest (uint8 [B, L]), its length (int32 [B, 1]) and its label (int32 [B, 1]). Three dense
-    arrays: DALI takes them in one copy each, where a list of B ragged paths costs the training
-    loop's thread ~20 us a sample. DALI keeps the iteration in its checkpoints, so a restored
-    pipeline asks on from where it was."""
+    arrays built by numpy from the listing's names (one fixed-width bytes array: about 30 bytes a
+    file), so the training loop's thread, which runs this, spends microseconds a batch (a list of
+    B ragged paths cost it ~20 us a sample). DALI keeps the iteration in its checkpoints, so a
+    restored pipeline asks on from where it was."""
 
     def __init__(self, listing: Channel, order: ReadOrder):
-        self.root, self.files, self.order = listing.root, listing.files, order
-        self.width = max(len(os.path.join(listing.root, name).encode()) for name in listing.files)
+        self.root = os.path.join(listing.root, "").encode()
+        self.names = np.array([name.encode() for name in listing.files])
+        self.width = len(self.root) + self.names.dtype.itemsize
+        self.lengths = (len(self.root) + np.char.str_len(self.names)).astype(np.int32).reshape(-1, 1)
         self.labels = np.asarray(listing.labels, dtype=np.int32).reshape(-1, 1)
+        self.order = order
 
     def __call__(self, info) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         indices = self.order.indices(info.iteration)
-        chosen = [os.path.join(self.root, self.files[i]).encode() for i in indices]
-        padded = np.frombuffer(b"".join(path.ljust(self.width, b"\0") for path in chosen), dtype=np.uint8)
-        lengths = np.array([[len(path)] for path in chosen], dtype=np.int32)
-        return padded.reshape(len(chosen), self.width), lengths, self.labels[indices]
+        paths = np.char.add(self.root, self.names[indices]).astype(f"S{self.width}")
+        padded = np.frombuffer(paths.tobytes(), dtype=np.uint8).reshape(len(indices), self.width)
+        return padded, self.lengths[indices], self.labels[indices]
 
 
 def steps_per_epoch(total: int, batch_size: int, world_size: int) -> int:
@@ -290,7 +293,9 @@ def image_pipeline(listing: Channel, batch_size: int, *, order: ReadOrder | None
             padded, lengths, labels = fn.external_source(source=_BatchSource(listing, order), num_outputs=3,
                                                          batch=True, batch_info=True,
                                                          dtype=[types.UINT8, types.INT32, types.INT32])
-            encoded = fn.io.file.read(fn.slice(padded, start=[0], shape=lengths, axes=[0]))
+            # plain reads: mmap made small files' reads 30 % slower than fn.readers.file's (measured
+            # 2026-11-26 on 8 x 8 PNGs: 0.95 against 0.73 ms per batch of 32; 0.70 without mmap)
+            encoded = fn.io.file.read(fn.slice(padded, start=[0], shape=lengths, axes=[0]), dont_use_mmap=True)
         else:
             encoded, labels = fn.readers.file(
                 file_root=listing.root, files=list(listing.files), labels=list(listing.labels), shard_id=shard[0],
