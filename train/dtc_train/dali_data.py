@@ -166,7 +166,7 @@ class ReadOrder:
         batch_size: samples per batch on each rank.
         lane / lanes: this reader's place in a global batch, and the readers sharing one.
         batches_per_epoch: batches each rank reads per epoch (those the training loop takes;
-            a permutation's samples beyond them are left for that epoch).
+            samples of the permutation beyond them are not read in that epoch).
         seed: the permutations' seed.
         start: ``(epoch, batch, offset)`` of the pipeline's first batch: the batch it is, and
             the position in ``P_epoch`` where it starts (``b * lanes * batch_size`` unless the
@@ -258,12 +258,13 @@ def image_pipeline(listing: Channel, batch_size: int, *, order: ReadOrder | None
         listing: the channel's image files (``channel.list_images``).
         batch_size: samples per batch on this rank.
         order: training: the samples of each batch (``ReadOrder``; the pipeline is endless),
-            augmented when ``spec`` asks: the paths come from a DALI ``external_source`` (PyTorch's
-            iterator), or, with ``one_epoch``, the first epoch of ``order`` is listed for
-            ``fn.readers.file`` (DALI's TensorFlow dataset takes no Python source; the pipeline is
-            built per epoch and wraps around after it). Without it, evaluation: shard ``shard`` = ``(shard_id,
-            num_shards)`` read in order by ``fn.readers.file``, the last batch padded with its
-            last sample, starting over at the shard's beginning.
+            augmented when ``spec`` asks. Their paths come from a DALI ``external_source``
+            (PyTorch's iterator), or, with ``one_epoch``, the first epoch of ``order`` is listed
+            for ``fn.readers.file`` (DALI's TensorFlow dataset takes no Python source; that
+            pipeline is built per epoch and wraps around after it).
+        shard: without ``order``, evaluation: shard ``(shard_id, num_shards)`` read in order by
+            ``fn.readers.file``, the last batch padded with its last sample, starting over at the
+            shard's beginning.
         device_id: the GPU for decoding and outputs, or ``None`` for CPU only.
         layout: ``"CHW"`` (PyTorch) or ``"HWC"`` (TensorFlow).
         spec: the model's input (channels, size, normalisation) and the training augmentation.

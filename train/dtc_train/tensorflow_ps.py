@@ -7,7 +7,8 @@ with ``sagemaker_parameter_server_enabled`` writes it and starts the servers;
 coordinator creates a per-worker ``tf.data`` pipeline from it (the data travels with the
 dataset function, so workers need no files); each scheduled step takes a batch of
 ``--batch-size`` on one worker (``--gradient-accumulation-steps`` k: k batches on that worker, their
-gradients added up and applied once). After each epoch (``ceil(samples / batch_size)`` batches,
+gradients added up and applied once). After each epoch (``ceil(samples / batch_size)`` batches in
+whole steps of k,
 ``coordinator.join()``) the chief copies the variables into a local model and scores the whole
 validation channel exactly; it logs the metric line and at the end saves the SavedModel to
 ``<model_dir>/1``. Checkpoints (``tf_checkpoint``: the variables read from the parameter

@@ -592,6 +592,7 @@ class TorchBackend:
         model: the model as wrapped for training (DDP, FSDP2, or the module under Horovod).
         optimizer: its optimizer (Horovod's ``DistributedOptimizer`` under Horovod).
         data: this rank's share of the channels (``dali_data.RankData``).
+        order: the training pipeline's order (``dali_data.ReadOrder``, from ``restore``).
         train_batches, val_batches: this rank's DALI batches (``Batches``).
         buffers_synced: the wrapper keeps floating-point buffers equal on every rank (DDP);
             otherwise they are averaged after each epoch's steps (``average_buffers``).
