@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import contract
+from . import contract, loop
 from .channel import Channel, list_images
 
 log = logging.getLogger("dtc.train")
@@ -461,7 +461,7 @@ class RankData:
         channel's epochs, or, on a host-sharded channel, the rank's own shard of its host's part.
         An epoch is the loop's: whole optimizer steps of ``micro_batches`` batches
         (``loop.optimizer_steps``)."""
-        batches = self.steps_per_epoch // micro_batches * micro_batches
+        batches = loop.optimizer_steps(self.steps_per_epoch, micro_batches, batch_size) * micro_batches
         train = self.train
         if train.host_sharded:
             first = len(train.listing) * train.shard_id // train.num_shards

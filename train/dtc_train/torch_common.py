@@ -361,8 +361,7 @@ def restore(args, model, optimizer, rank: int, size: int, order: dali_data.ReadO
     saved = state.get("data_order") or {}
     same_layout = (len(positions) == size and state.get("steps_per_epoch") == steps_per_epoch
                    and saved.get("batch_size") == order.batch_size and saved.get("samples") == order.samples)
-    mapped = (not same_layout and step and saved.get("samples") == order.samples and not saved.get("host_sharded")
-              and not host_sharded)
+    mapped = step and saved.get("samples") == order.samples and not saved.get("host_sharded") and not host_sharded
     position = None
     if same_layout:
         order = dataclasses.replace(order, start=tuple(saved["start"]))
@@ -375,8 +374,8 @@ def restore(args, model, optimizer, rank: int, size: int, order: dali_data.ReadO
                             len(positions), state.get("steps_per_epoch"), size, steps_per_epoch, epoch + 1,
                             saved["offset"], order.start[1] // micro_batches)
         step = order.start[1] // micro_batches
-    elif step:
-        if rank == 0:
+    else:
+        if step and rank == 0:
             common.log.warning("the checkpoint was written by %d ranks with %s steps per epoch over %s training "
                                "samples, this job has %d with %d over %d%s: its data positions do not apply, so "
                                "epoch %d starts again at its first step", len(positions),
@@ -384,7 +383,6 @@ def restore(args, model, optimizer, rank: int, size: int, order: dali_data.ReadO
                                order.samples, " (ShardedByS3Key)" if host_sharded or saved.get("host_sharded") else "",
                                epoch + 1)
         step = 0
-    if not same_layout and not mapped:
         order = dataclasses.replace(order, start=(epoch, 0, 0))
     if rank == 0:
         torch.set_rng_state(state["rng"])
