@@ -6,7 +6,8 @@
 #   repository  the ECR repository's URI, creating the repository if missing
 #               (aws ecr describe-repositories / create-repository, scan on push)
 #   login       aws ecr get-login-password | <engine> login --username AWS --password-stdin <registry>
-#               (the AWS CLI's `ecr get-login` was removed in v2)
+#               (the AWS CLI's `ecr get-login` was removed in v2); then refuses a commit whose
+#               immutable tag (below) the registry already has, before anything is built
 #   build       scripts/build-image.sh for every flavor in FLAVORS, with every pin of versions.env
 #               as a build argument; fails above the flavor's size budget (docs/image.md)
 #   test        the in-image suite (tests/image/in_image) in every flavor, before anything is pushed
@@ -71,6 +72,12 @@ tag_exists() {  # tag_exists REPOSITORY_URI TAG: 0 when it exists, 1 when not; d
   fi
 }
 
+refuse_pushed() {  # refuse_pushed REPOSITORY_URI TAG: dies when the registry has the tag already
+  if tag_exists "$1" "$2"; then
+    die "$1:$2 is already in the registry and is never overwritten: push from a new commit (or set GIT_SHA)"
+  fi
+}
+
 git_sha() {
   local sha="${GIT_SHA:-${CODEBUILD_RESOLVED_SOURCE_VERSION:-}}"
   [ -n "$sha" ] || sha="$(git rev-parse HEAD 2>/dev/null)" || die "no git commit: set GIT_SHA"
@@ -99,6 +106,10 @@ case "$step" in
     registry="${registry%%/*}"
     aws ecr get-login-password --region "$REGION" | "$engine" login --username AWS --password-stdin "$registry" >/dev/null
     log "logged in to $registry"
+    # A commit already pushed is refused here, before an hour of build and test (push checks again)
+    target="$(push_repository)"
+    sha="$(git_sha)"
+    for flavor in $FLAVORS; do refuse_pushed "$target" "$flavor-$sha"; done
     ;;
   build)
     for flavor in $FLAVORS; do
@@ -122,9 +133,7 @@ case "$step" in
       cuda="$(label "$image" ai.dtc.cuda)"
       [ "$cuda" = none ] || descriptive="$descriptive-cu$cuda"
       immutable="$flavor-$sha"
-      if tag_exists "$target" "$immutable"; then
-        die "$target:$immutable is already in the registry and is never overwritten: push from a new commit (or set GIT_SHA)"
-      fi
+      refuse_pushed "$target" "$immutable"
       for tag in "$immutable" "$descriptive"; do
         "$engine" tag "$image" "$target:$tag"
         log "pushing $target:$tag"

@@ -216,10 +216,12 @@ def check_buildspec_release(ecr_api: dict, address: str, podman_env: dict, engin
         shutil.rmtree(tmp_path / "store", ignore_errors=True)
     shutil.rmtree(runroot, ignore_errors=True)
 
-    # The same commit again: the immutable tag is never overwritten.
+    # The same commit again: the immutable tag is never overwritten, and the build stops after the
+    # login (pre_build), before building or testing anything.
     again = run_buildspec(env, tmp_path / "again")
     assert again.returncode != 0
     assert f"{repository}:{immutable} is already in the registry and is never overwritten" in again.stderr
+    assert "Entering phase BUILD" not in again.stderr and "release.sh build" not in again.stderr
     assert not (tmp_path / "again").exists()
 
     # Over the size budget: the build phase fails and nothing is pushed.
