@@ -31,6 +31,7 @@ from helpers import (
     check_finished_two_host_job,
     check_two_host_job,
     checkpoint_position,
+    final_digests,
     podman_env,
     run_cluster,
     start_cluster,
@@ -47,10 +48,17 @@ ONE_PER_LAUNCHER = [name for name, strategy in STRATEGIES.items() if strategy.lo
 # 1437 training files dealt to 2 hosts (719, 718). mpi-tensorflow: 2 ranks per host split them
 # into shards of 360, 359, 359, 359; batches of 32: ceil(359 / 32) = 12 steps, which every shard
 # fills. multi-worker-mirrored: one worker (1 replica) per host reads its host's part: ceil(718 /
-# 32) = 23 steps. Nothing is left unread either way.
+# 32) = 23 steps. Nothing is left unread either way. parameter-server: the chief on algo-1 reads
+# its part and algo-2's (through ps:1), the whole channel.
 SHARDED_PLAN = {
-    "mpi-tensorflow": "rank shards of 359 to 360; 12 steps per epoch",
-    "multi-worker-mirrored": "rank shards of 718 to 719; 23 steps per epoch",
+    "mpi-tensorflow": "channel training is ShardedByS3Key over 2 instances: 1437 training images, rank shards of "
+                      "359 to 360; 12 steps per epoch on every rank (the smallest shard's), 0 samples per epoch "
+                      "left for later epochs",
+    "multi-worker-mirrored": "channel training is ShardedByS3Key over 2 instances: 1437 training images, rank shards "
+                             "of 718 to 719; 23 steps per epoch on every rank (the smallest shard's), 0 samples per "
+                             "epoch left for later epochs",
+    "parameter-server": "channel training is ShardedByS3Key over 2 instances: 1437 images, 719 on algo-1 (here), 718 "
+                        "on algo-2 (read through ps:1); the chief reads them all",
 }
 
 
@@ -58,19 +66,24 @@ SHARDED_PLAN = {
 def test_two_hosts_reading_sharded_channels(case, tmp_path):
     """#20 item 3, from scratch to the end with both channels delivered ShardedByS3Key: each
     host's tree holds its half of the files (dtc_local deals them out), which its ranks split
-    (Horovod) or its worker reads (MultiWorkerMirrored); the job must still score all 360
-    validation images, reach 0.90 and end with identical weights. mpi-tensorflow is also the one
-    strategy outside ONE_PER_LAUNCHER (those are checked the same way at the end of their resumed
-    run: test_a_two_host_job_stopped_mid_epoch_..._and_resumes)."""
+    (Horovod), its worker reads (MultiWorkerMirrored) or the parameter-server chief gathers; the
+    job must still score all 360 validation images, reach 0.90 and end with identical weights.
+    The parameter-server job, whose one worker runs the steps in order, must end with the very
+    weights of the same job on FullyReplicated channels: it trained on the same samples in the
+    same order. mpi-tensorflow is also the one strategy outside ONE_PER_LAUNCHER (those are
+    checked the same way at the end of their resumed run:
+    test_a_two_host_job_stopped_mid_epoch_..._and_resumes)."""
     assert [name for name in STRATEGIES if name not in ONE_PER_LAUNCHER] == ["mpi-tensorflow"]
     done = check_two_host_job(case, tmp_path,
                               extra_args=("--sharded-channel", "training", "--sharded-channel", "validation"))
     log = done.stdout + done.stderr
-    assert (f"channel training is ShardedByS3Key over 2 instances: 1437 training images, {SHARDED_PLAN[case]} on "
-            "every rank (the smallest shard's), 0 samples per epoch left for later epochs") in log, log[-4000:]
+    assert SHARDED_PLAN[case] in log, log[-4000:]
     for host, files in (("algo-1", 719), ("algo-2", 718)):
         part = tmp_path / "job" / host / "input" / "data" / "training"
         assert sum(1 for p in part.rglob("*.png")) == files
+    if case == "parameter-server":
+        replicated = check_two_host_job(case, tmp_path / "replicated")
+        assert final_digests(log, 1) == final_digests(replicated.stdout + replicated.stderr, 1)
 
 
 def test_a_failing_rank_on_a_worker_host_fails_the_job_and_every_host_exits(tmp_path):

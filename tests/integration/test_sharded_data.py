@@ -1,17 +1,20 @@
 """ShardedByS3Key on two hosts (#20 item 3): the DDP trainer under two real torchrun agents on
 this machine, one per host, each with its own /opt/ml tree holding only its host's part of the
 channels (the way SageMaker delivers a ShardedByS3Key channel); the Horovod trainers run the same
-code under mpirun across containers in tests/cluster/test_cluster.py."""
+code under mpirun across containers in tests/cluster/test_cluster.py. The parameter-server chief's
+read of another host's part, through a real parameter server, is the last test here."""
 
+import hashlib
 import json
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from dtc_local import job_tree
-from helpers import BIN, DIGEST, METRIC, VALIDATION_IMAGES, free_port, train_env
+from helpers import BIN, DIGEST, METRIC, PROGRAMS, VALIDATION_IMAGES, add_stray_files, free_port, train_env
 
 pytestmark = pytest.mark.e2e
 HOSTS = ("algo-1", "algo-2")
@@ -114,3 +117,48 @@ def test_a_host_that_received_no_files_fails_every_host_naming_the_channel_and_t
                "image files: give the channel at least 2 S3 objects")
     assert all(message in result.stdout for result in done.values()), log[-4000:]   # both hosts say why
     assert not METRIC.findall(log)
+
+
+def test_the_parameter_server_chief_reads_another_hosts_part_through_its_parameter_server(digits_channels, tmp_path):
+    """#20 item 3 for builtin:tensorflow under parameter_server: the chief lists and reads a host's
+    part of a ShardedByS3Key channel through the parameter server on that host
+    (dtc_train.ps_channel.remote_part), a real dtc_entrypoint.tf_server here. The chief runs in
+    a mount namespace in which the channel's path is an empty folder, so whatever it lists and
+    decodes came from the server's view of the path (on SageMaker: the other host's disk). The
+    listing, the bytes and the decoded images must be what the channel itself gives, stray and
+    corrupt files handled as channel.list_images handles them; the two-host job itself runs in
+    containers (tests/cluster/test_cluster.py)."""
+    from dtc_train import channel, image_folder
+
+    root = tmp_path / "algo-2" / "training"
+    shutil.copytree(digits_channels / "training" / "3", root / "3")
+    shutil.copytree(digits_channels / "training" / "7", root / "7")
+    add_stray_files(root)
+    (root / "7" / "broken.png").write_text("<html>not found</html>")
+    ports = (free_port(), free_port())
+    cluster = {"chief": [f"localhost:{ports[0]}"], "ps": [f"localhost:{ports[1]}"]}
+    server = subprocess.Popen([sys.executable, "-m", "dtc_entrypoint.tf_server"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env={**train_env(tmp_path), "TF_CONFIG": json.dumps(
+                                  {"cluster": cluster, "task": {"type": "ps", "index": 0}})})
+    try:
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        chief = subprocess.run(
+            ["unshare", "--mount", "sh", "-c", 'mount --bind "$0" "$1" && exec "$2" "$3" "$1" skip',
+             str(empty), str(root), sys.executable, str(PROGRAMS / "ps_remote_part.py")],
+            capture_output=True, text=True, timeout=120, env={**train_env(tmp_path), "TF_CONFIG": json.dumps(
+                {"cluster": cluster, "task": {"type": "chief", "index": 0}})})
+    finally:
+        server.kill()
+        server.wait()
+    assert chief.returncode == 0, chief.stderr[-4000:]
+    seen = json.loads(chief.stdout.strip().splitlines()[-1])
+    expected = channel.list_images(str(root), "skip")
+    assert seen["seen_here"] == []   # the chief's own view of the path: the empty folder
+    assert seen["classes"] == ["3", "7"] and seen["corrupt"] == ["7/broken.png"]
+    assert (seen["files"], seen["labels"], seen["ignored"]) == (list(expected.files), list(expected.labels),
+                                                                 list(expected.ignored))
+    assert seen["contents_sha256"] == {path: hashlib.sha256((root / path).read_bytes()).hexdigest()
+                                       for path in expected.files}
+    images, _ = image_folder.read(expected)
+    assert seen["images_sha256"] == hashlib.sha256(images.tobytes()).hexdigest()

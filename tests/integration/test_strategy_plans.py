@@ -9,6 +9,7 @@ import pytest
 
 from dtc_entrypoint import host_identity, strategy
 from dtc_entrypoint.errors import ConfigError
+from dtc_train import ps_channel
 from helpers import FIXTURES, read_json, run_train
 
 HOSTS = ("algo-1", "algo-2")
@@ -92,6 +93,8 @@ def test_parameter_server_puts_the_chief_on_the_master_and_servers_everywhere(ma
                                  "2225"]
     assert chief["end_notice"] == ["algo-2:2225"] and other["end_notice"] == []   # the chief's word that it ended
     assert json.loads(other["services"][0]["env"]["TF_CONFIG"])["task"] == {"index": 1, "type": "ps"}
+    # the chief reads algo-2's part of a ShardedByS3Key channel through ps:1 (dtc_train.ps_channel)
+    assert ps_channel.ps_tasks(cluster) == {"algo-1": 0, "algo-2": 1}
 
 
 def test_mpi_ranks_on_other_hosts_load_their_own_identity(make_job, tmp_path):

@@ -1,5 +1,6 @@
 """Channel listing (train/dtc_train/channel.py): only image files in class folders are samples."""
 
+import io
 import logging
 
 import numpy as np
@@ -74,27 +75,75 @@ def _sharded_job(tmp_path, monkeypatch, hosts, distribution):
     (("algo-1",), "ShardedByS3Key", False),            # one host holds every shard
     (("algo-1", "algo-2"), "FullyReplicated", False),
 ])
-def test_a_sharded_channel_on_several_hosts_is_refused_by_the_parameter_server_only(
+def test_a_channel_is_host_sharded_only_when_sharded_by_key_on_several_hosts(
         tmp_path, monkeypatch, hosts, distribution, host_sharded):
     """Each host of a ShardedByS3Key job holds a different part: the DALI trainers (Horovod, DDP)
     split the host's part among its ranks (dali_data), MultiWorkerMirrored's workers read their
-    host's part; the parameter server's chief ships its host's channel to the workers, so it
-    refuses it."""
+    host's part, the parameter server's chief gathers every host's part (ps_channel)."""
     from dtc_train import contract
 
     root = _sharded_job(tmp_path, monkeypatch, hosts, distribution)
     assert contract.channel_dir("training") == str(root / "input" / "data" / "training")
     assert contract.host_sharded("training") is host_sharded and contract.instance_count() == len(hosts)
-    if host_sharded:
-        with pytest.raises(ValueError, match=r"^channel 'training' is ShardedByS3Key \(input/config/inputdataconfig"
-                                             r"\.json\) on 2 hosts, but builtin:tensorflow under parameter_server "
-                                             r"needs every host to hold the whole channel \(its chief reads the "
-                                             r"channel and sends the batches to the workers\): set the channel's "
-                                             r"S3DataDistributionType to FullyReplicated.*or run it with mpi "
-                                             r"\(Horovod\) or multi_worker_mirrored_strategy"):
-            contract.refuse_host_sharded("training", "parameter_server")
-    else:
-        contract.refuse_host_sharded("training", "parameter_server")
+
+
+def _paths(root):
+    """What tf.io.matching_files gives for <root>/*, <root>/*/* and <root>/*/*/*, relative to root."""
+    return tuple(sorted(str(path.relative_to(root)) for path in root.glob(pattern))
+                 for pattern in ("*", "*/*", "*/*/*"))
+
+
+def test_a_channel_seen_only_as_paths_lists_as_on_disk(tmp_path):
+    """Another host's part is listed from its paths (ps_channel.remote_part): the same classes,
+    samples, labels and ignored entries as channel.list_images of the same tree."""
+    root = _image_folder(tmp_path / "training", {"cat": 3, "dog": 2})
+    add_stray_files(root)
+    (root / "dog" / "004.JPG").write_bytes((root / "dog" / "000.png").read_bytes())
+    for folder in ("nested", "odd.png"):   # folders in a class, one named as an image
+        (root / "dog" / folder).mkdir()
+        (root / "dog" / folder / "5.png").write_bytes((root / "dog" / "000.png").read_bytes())
+    on_disk = channel.list_images(str(root), "off")
+    assert channel.listing_of_paths(str(root), *_paths(root)) == on_disk
+    assert on_disk.ignored[-2:] == ("dog/nested/", "dog/odd.png/")   # ignored on disk and as paths
+    assert on_disk.files[-1] == "dog/004.JPG" and on_disk.labels[-1] == 1
+
+
+def test_every_hosts_part_merged_lists_as_the_whole_channel(tmp_path):
+    """The chief merges the hosts' parts of a ShardedByS3Key channel (Channel.merged): the same
+    files, labels and order as the whole channel FullyReplicated, although one part lacks a
+    class; corrupt files are found in bytes (another host's) as on disk."""
+    whole = _image_folder(tmp_path / "whole", {"cat": 3, "dog": 2, "eel": 2})
+    first, second = tmp_path / "algo-1", tmp_path / "algo-2"
+    for index, file in enumerate(sorted(whole.rglob("*.png"))):
+        part = first if index % 2 and file.parent.name != "eel" else second
+        (part / file.parent.name).mkdir(parents=True, exist_ok=True)
+        (part / file.parent.name / file.name).write_bytes(file.read_bytes())
+    assert not (first / "eel").exists()
+    parts = [channel.list_images(str(first)), channel.listing_of_paths(str(first), *_paths(second))]
+    merged = channel.Channel.merged(parts)
+    expected = channel.list_images(str(whole))
+    assert (merged.classes, merged.files, merged.labels) == (expected.classes, expected.files, expected.labels)
+    with pytest.raises(ValueError, match=r"algo-1: cat/001.png, dog/000.png listed on two hosts$"):
+        channel.Channel.merged([parts[0], parts[0]])
+
+    contents = {path: (second / path).read_bytes() for path in parts[1].files}
+    contents["dog/001.png"] = b"<html>not found</html>"
+    skipped = channel.without_corrupt(parts[1], "skip", lambda path: io.BytesIO(contents[path]))
+    assert skipped.corrupt == ("dog/001.png",) and "dog/001.png" not in skipped.files
+    with pytest.raises(ValueError, match=r"has 1 corrupt image files \(Pillow cannot read them\): dog/001.png; "):
+        channel.without_corrupt(parts[1], "fail", lambda path: io.BytesIO(contents[path]))
+    images, labels = image_folder.read(skipped, contents={path: contents[path] for path in skipped.files})
+    assert images.shape == (len(skipped), 8, 8, 1) and list(labels) == list(skipped.labels)
+
+
+def test_the_chief_reads_each_hosts_part_through_the_parameter_server_on_that_host():
+    """dtc_entrypoint.launch_tf runs ps:<i> on the i-th host (the cluster below is its
+    parameter_server_cluster for three hosts: test_strategy_plans)."""
+    from dtc_train.ps_channel import ps_tasks
+
+    cluster = {"chief": ["algo-1:2222"], "worker": ["algo-2:2222", "algo-3:2222"],
+               "ps": ["algo-1:2223", "algo-2:2223", "algo-3:2223"]}
+    assert ps_tasks(cluster) == {"algo-1": 0, "algo-2": 1, "algo-3": 2}
 
 
 def test_sharded_steps_are_the_smallest_shards_and_the_rest_is_counted():

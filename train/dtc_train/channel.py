@@ -18,6 +18,7 @@ of millions of files already known to be clean).
 
 import logging
 import os
+from collections import Counter
 from dataclasses import dataclass
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".jp2",
@@ -65,6 +66,28 @@ class Channel:
         labels = tuple(index[self.classes[label]] for label in self.labels)
         return Channel(self.root, tuple(classes), self.files, labels, self.ignored, self.corrupt)
 
+    @staticmethod
+    def merged(parts: list["Channel"]) -> "Channel":
+        """One listing of every host's part of a ``ShardedByS3Key`` channel (``root``: the first
+        part's): the classes are the union of the parts', every file relabelled by them
+        (``with_classes``) and sorted by class then name as ``list_images`` sorts one tree, so
+        the parts of a channel list as the whole channel does FullyReplicated.
+
+        Raises:
+            ValueError: a path listed in two parts (S3 keys are unique, so the parts are not one
+                channel's).
+        """
+        classes = tuple(sorted({name for part in parts for name in part.classes}))
+        samples = sorted((label, path) for part in parts
+                         for path, label in zip(part.files, part.with_classes(classes).labels, strict=True))
+        paths = [path for _, path in samples]
+        repeated = sorted(path for path, count in Counter(paths).items() if count > 1)
+        if repeated:
+            raise ValueError(f"channel {parts[0].root}: {', '.join(repeated[:IGNORED_SHOWN])} listed on two hosts")
+        return Channel(parts[0].root, classes, tuple(paths), tuple(label for label, _ in samples),
+                       tuple(path for part in parts for path in part.ignored),
+                       tuple(path for part in parts for path in part.corrupt))
+
     def log_ignored(self, log: logging.Logger) -> None:
         """One warning line naming what was skipped (the first ``IGNORED_SHOWN`` paths)."""
         if self.ignored:
@@ -81,11 +104,11 @@ def _is_image(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS and not name.startswith(".")
 
 
-def _is_readable_image(path: str) -> bool:
+def _is_readable_image(source) -> bool:
     from PIL import Image, UnidentifiedImageError  # noqa: PLC0415  (Pillow only to check headers; `train` lists channels)
 
     try:
-        with Image.open(path) as image:
+        with Image.open(source) as image:
             image.verify()
         return True
     except (OSError, UnidentifiedImageError, SyntaxError, ValueError):
@@ -124,19 +147,60 @@ def list_images(root: str, corrupt_images: str = "fail", allow_empty: bool = Fal
                 labels.append(label)
             else:
                 ignored.append(path + ("/" if os.path.isdir(os.path.join(root, path)) else ""))
-    corrupt = []
-    if corrupt_images != "off":
-        corrupt = [path for path in files if not _is_readable_image(os.path.join(root, path))]
-        if corrupt and corrupt_images == "fail":
-            shown = ", ".join(corrupt[:IGNORED_SHOWN]) + (" ..." if len(corrupt) > IGNORED_SHOWN else "")
-            raise ValueError(f"channel {root} has {len(corrupt)} corrupt image files (Pillow cannot read them): "
-                             f"{shown}; remove them, or set the hyperparameter corrupt-images=skip to train "
-                             "without them")
-        bad = set(corrupt)
-        kept = [(path, label) for path, label in zip(files, labels, strict=True) if path not in bad]
-        files, labels = [path for path, _ in kept], [label for _, label in kept]
-    if not files and not allow_empty:
+    listing = without_corrupt(Channel(root, tuple(classes), tuple(files), tuple(labels), tuple(ignored)),
+                              corrupt_images, lambda path: os.path.join(root, path))
+    if not listing.files and not allow_empty:
         raise FileNotFoundError(
             f"channel {root} has no image files in class folders (<class>/<name>.jpg|png|...); "
             f"found: {', '.join(ignored[:IGNORED_SHOWN]) or 'nothing'}")
-    return Channel(root, tuple(classes), tuple(files), tuple(labels), tuple(ignored), tuple(corrupt))
+    return listing
+
+
+def listing_of_paths(root: str, top: list[str], inside: list[str], deeper: list[str]) -> Channel:
+    """The listing ``list_images`` would make (before its corrupt-image check) of a channel
+    seen only as paths, e.g. another host's part listed with ``tf.io.matching_files``: ``top``
+    the names at the channel's top, ``inside`` the ``<folder>/<name>`` paths one level down,
+    ``deeper`` the paths one level further (which tell the folders among ``inside``). A folder
+    is a name with something in it (S3 holds no empty folder): a class is a non-hidden top
+    folder, a sample an entry of a class that is no folder and whose name ``list_images``
+    takes for an image file.
+    """
+    folders = {path.split("/", 1)[0] for path in inside}
+    inner_folders = {path.rsplit("/", 1)[0] for path in deeper}
+    classes = sorted(name for name in folders if not name.startswith("."))
+    index = {name: label for label, name in enumerate(classes)}
+    ignored = [name + ("/" if name in folders else "") for name in sorted(top) if name not in index]
+    files, labels = [], []
+    for path in sorted(inside, key=lambda path: (index.get(path.split("/", 1)[0], -1), path)):
+        folder, name = path.split("/", 1)
+        if folder not in index:
+            continue
+        if _is_image(name) and path not in inner_folders:
+            files.append(path)
+            labels.append(index[folder])
+        else:
+            ignored.append(path + ("/" if path in inner_folders else ""))
+    return Channel(root, tuple(classes), tuple(files), tuple(labels), tuple(ignored))
+
+
+def without_corrupt(listing: Channel, corrupt_images: str, source) -> Channel:
+    """``listing`` less the files whose header Pillow cannot read (``corrupt_images``: above);
+    ``source(path)``: what ``PIL.Image.open`` reads for a listed path (a file name or a file
+    object).
+
+    Raises:
+        ValueError: corrupt image files with ``corrupt_images="fail"``, named with the option
+            that skips them.
+    """
+    if corrupt_images == "off":
+        return listing
+    corrupt = [path for path in listing.files if not _is_readable_image(source(path))]
+    if corrupt and corrupt_images == "fail":
+        shown = ", ".join(corrupt[:IGNORED_SHOWN]) + (" ..." if len(corrupt) > IGNORED_SHOWN else "")
+        raise ValueError(f"channel {listing.root} has {len(corrupt)} corrupt image files (Pillow cannot read them): "
+                         f"{shown}; remove them, or set the hyperparameter corrupt-images=skip to train "
+                         "without them")
+    bad = set(corrupt)
+    kept = [(path, label) for path, label in zip(listing.files, listing.labels, strict=True) if path not in bad]
+    return Channel(listing.root, listing.classes, tuple(path for path, _ in kept), tuple(label for _, label in kept),
+                   listing.ignored, tuple(corrupt))

@@ -90,24 +90,6 @@ def refuse_pipe_channel(name: str) -> None:
             "mode (SDK v2: the estimator's input_mode='FastFile', or TrainingInput(..., input_mode='FastFile'))")
 
 
-def refuse_host_sharded(name: str, strategy: str) -> None:
-    """Refuses a ``host_sharded`` channel for a trainer whose one reader needs the whole channel
-    (``strategy``: its distribution, for the message): the parameter-server chief reads the
-    channel on its host and ships the batches to the workers, so with ShardedByS3Key it would
-    train on its host's part only.
-
-    Raises:
-        ValueError: naming the channel, the file, the instance count and what to set instead.
-    """
-    if host_sharded(name):
-        raise ValueError(
-            f"channel {name!r} is ShardedByS3Key (input/config/inputdataconfig.json) on {instance_count()} hosts, "
-            f"but builtin:tensorflow under {strategy} needs every host to hold the whole channel (its chief reads "
-            "the channel and sends the batches to the workers): set the channel's S3DataDistributionType to "
-            "FullyReplicated (SDK v2: TrainingInput(..., distribution='FullyReplicated'), the default), or run it "
-            "with mpi (Horovod) or multi_worker_mirrored_strategy, whose trainers read ShardedByS3Key channels")
-
-
 def checkpoint_dir() -> str:
     """``LocalPath`` of ``input/config/checkpointconfig.json`` when the job set CheckpointConfig,
     else ``<base>/checkpoints`` (SageMaker's default LocalPath; docs: model-checkpoints)."""

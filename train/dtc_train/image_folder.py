@@ -6,7 +6,9 @@ The samples and labels are ``channel.list_images``', the ones the DALI pipelines
 trainer sees the same samples with the same labels and skips the same stray files.
 """
 
+import io
 import os
+from collections.abc import Mapping
 
 import numpy as np
 from PIL import Image
@@ -15,13 +17,16 @@ from .channel import Channel, list_images
 from .dali_data import DIGITS_IMAGES, ImageSpec
 
 
-def read(listing: Channel, spec: ImageSpec = DIGITS_IMAGES, crop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def read(listing: Channel, spec: ImageSpec = DIGITS_IMAGES, crop: int | None = None,
+         contents: Mapping[str, bytes] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Reads every image of a listed channel (``channel.list_images``, or a host's part of a
     ShardedByS3Key channel labelled by every host's classes: ``dali_data.rank_data``) as the DALI
     pipeline's evaluation does: decoded to ``spec.channels`` (grayscale or RGB), the shorter
     side resized to ``spec.eval_resize`` (bilinear), the centre ``crop`` x ``crop`` square
     (default ``spec.size``; ``spec.eval_resize`` keeps the whole resized square for a training
-    augmentation to crop from: ``augment``), normalized to ``(pixel - mean) / std``.
+    augmentation to crop from: ``augment``), normalized to ``(pixel - mean) / std``. A file in
+    ``contents`` (listed path -> encoded bytes: another host's file, ``ps_channel``) is decoded
+    from those bytes instead of read from ``listing.root``.
 
     Returns:
         images float32 [N, crop, crop, C], labels int32 [N].
@@ -30,7 +35,8 @@ def read(listing: Channel, spec: ImageSpec = DIGITS_IMAGES, crop: int | None = N
     mean, std = np.array(spec.mean, np.float32), np.array(spec.std, np.float32)
     images = []
     for file in listing.files:
-        with Image.open(os.path.join(listing.root, file)) as image:
+        source = io.BytesIO(contents[file]) if contents and file in contents else os.path.join(listing.root, file)
+        with Image.open(source) as image:
             image = image.convert("L" if spec.channels == 1 else "RGB")
             if min(image.size) != spec.eval_resize:
                 scale = spec.eval_resize / min(image.size)

@@ -3,7 +3,8 @@
 
 Run as the chief with ``TF_CONFIG`` naming ``chief``, ``worker`` and ``ps`` tasks (``train``
 with ``sagemaker_parameter_server_enabled`` writes it and starts the servers;
-``dtc_entrypoint.launch_tf``). The chief reads the training channel into memory and the
+``dtc_entrypoint.launch_tf``). The chief reads the training channel into memory (every host's
+part of a ``ShardedByS3Key`` channel, gathered through the parameter servers: ``ps_channel``) and the
 coordinator creates a per-worker ``tf.data`` pipeline from it (the data travels with the
 dataset function, so workers need no files); each scheduled step takes a batch of
 ``--batch-size`` on one worker (``--gradient-accumulation-steps`` k: k batches on that worker, their
@@ -35,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from . import channel, common, config, contract, image_folder, loop, observe, stop, tf_checkpoint, tf_model
+from . import common, config, contract, image_folder, loop, observe, ps_channel, stop, tf_checkpoint, tf_model
 # isort: on
 
 
@@ -111,15 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     cluster = resolver.cluster_spec().as_dict()
     workers, servers = len(cluster.get("worker", [])), len(cluster.get("ps", []))
 
-    for channel_name in (args.train_channel, args.validation_channel):
-        contract.refuse_host_sharded(channel_name, "parameter_server")
     spec = choice.images
-    training = channel.list_images(contract.channel_dir(args.train_channel), args.corrupt_images)
-    validation = channel.list_images(contract.channel_dir(args.validation_channel), args.corrupt_images)
+    training, train_contents = ps_channel.read_channel(args.train_channel, args.corrupt_images, cluster)
+    validation, val_contents = ps_channel.read_channel(args.validation_channel, args.corrupt_images, cluster)
     for listing in (training, validation):
         listing.log_ignored(common.log)
-    train_images, train_labels = image_folder.read(training, spec, spec.eval_resize if spec.augment else spec.size)
-    val_images, val_labels = image_folder.read(validation, spec)
+    train_images, train_labels = image_folder.read(training, spec, spec.eval_resize if spec.augment else spec.size,
+                                                   train_contents)
+    val_images, val_labels = image_folder.read(validation, spec, contents=val_contents)
+    del train_contents, val_contents
     micro_batches = args.gradient_accumulation_steps
     steps = loop.optimizer_steps(math.ceil(len(train_labels) / args.batch_size), micro_batches, args.batch_size)
     common.log.info("TensorFlow %s ParameterServerStrategy: chief on %s, %d workers, %d parameter servers; "
