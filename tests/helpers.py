@@ -250,6 +250,17 @@ def add_stray_files(channel: Path) -> list[str]:
     return sorted(strays)
 
 
+def json_objects(text: str) -> list[dict]:
+    """Every JSON object in ``text`` (the ranks' result lines as mpirun forwards them: two ranks'
+    lines can arrive on one line, ``{...}{...}``, as seen in CI on 2026-11-26)."""
+    decoder, found, index = json.JSONDecoder(), [], text.find("{")
+    while index != -1:
+        value, end = decoder.raw_decode(text, index)
+        found.append(value)
+        index = text.find("{", end)
+    return found
+
+
 def read_json(path: Path):
     return json.loads(Path(path).read_text())
 

@@ -116,3 +116,45 @@ def test_the_tf_data_augmentation_is_a_crop_of_the_size_fixed_by_its_seed():
     first, again = (image_folder.augment(image, seed, 32).numpy() for _ in range(2))
     assert first.shape == (32, 32, 3) and np.array_equal(first, again)
     assert not np.array_equal(first, image_folder.augment(image, seed + 1, 32).numpy())
+
+
+def test_fp16_computes_in_float16_scales_the_loss_and_skips_a_non_finite_step_keeping_the_scale(tmp_path):
+    """precision=fp16 on the TensorFlow trainers: Keras' mixed_float16 policy for the layers,
+    float32 variables and logits, and the optimizer loss_scaled: a finite step keeps the initial
+    scale 2**15 and moves the weights; a step whose activations overflow float16 (an input of
+    1e5) is skipped, the weights unchanged, and halves the scale; the checkpoint keeps the scale,
+    so a resumed job scales as the uninterrupted one."""
+    images = np.random.default_rng(0).random((8, *tf_model.IMAGE_SHAPE), dtype=np.float32)
+    labels = np.arange(8, dtype=np.int32)
+    tf.keras.utils.set_random_seed(0)
+    choice = tf_model.KerasChoice.from_args("digits", None, "off", "fp16")
+    model = choice.build(10)
+    assert keras.mixed_precision.global_policy().name == "float32"
+    conv = next(layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D))
+    assert conv.compute_dtype == "float16" and conv(images).dtype == tf.float16
+    assert {v.dtype for v in model.trainable_variables} == {tf.float32} and model.output.dtype == tf.float32
+    model.compile(optimizer=tf_model.loss_scaled(keras.optimizers.SGD(learning_rate=0.1), "fp16"),
+                  loss=tf_model.training_loss(), metrics=["accuracy"])
+    overflowing = images.copy()
+    overflowing[0] = 1e5
+    batches = np.concatenate([images, overflowing])
+    steps = tf_checkpoint.KerasSteps(model, lambda epoch, first: iter(
+        tf.data.Dataset.from_tensor_slices((batches, np.concatenate([labels, labels]))).batch(8)), 8)
+    steps.begin_epoch(1, 0)
+    before = [w.copy() for w in model.get_weights()]
+    assert np.isfinite(steps.train_step(1)[0])
+    assert float(model.optimizer.loss_scale) == 2.0 ** 15
+    after_first = [w.copy() for w in model.get_weights()]
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after_first, strict=True))
+    steps.train_step(2)
+    assert float(model.optimizer.loss_scale) == 2.0 ** 14
+    assert all(np.array_equal(a, b) for a, b in zip(after_first, model.get_weights(), strict=True))   # skipped
+
+    tf_checkpoint.save_checkpoint(str(tmp_path), model, model.optimizer, 0, 2)
+    restored = choice.build(10)
+    restored.compile(optimizer=tf_model.loss_scaled(keras.optimizers.SGD(learning_rate=0.1), "fp16"),
+                     loss=tf_model.training_loss())
+    restored.optimizer.build(restored.trainable_variables)
+    assert float(restored.optimizer.loss_scale) == 2.0 ** 15
+    tf_checkpoint.restore_checkpoint(str(tmp_path), restored, restored.optimizer)
+    assert float(restored.optimizer.loss_scale) == 2.0 ** 14 and int(restored.optimizer.dynamic_counter) == 0

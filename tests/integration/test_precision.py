@@ -1,14 +1,30 @@
-"""``precision`` in the PyTorch trainers (#19 item 3): ``bf16`` and ``fp16`` run each step's
+"""``precision`` (#19 item 3). The PyTorch trainers: ``bf16`` and ``fp16`` run each step's
 forward pass and loss under ``torch.autocast`` (fp16 with dynamic loss scaling), the weights,
-gradients and optimizer state staying fp32; end to end under DDP (torchrun) and Horovod (mpirun)."""
+gradients and optimizer state staying fp32; end to end under DDP (torchrun) and Horovod (mpirun).
+The TensorFlow trainers: Keras' mixed-precision policies, fp16 with Keras' ``LossScaleOptimizer``
+judging the all-reduced gradients, so an overflow on one rank skips the step on every rank; end
+to end under Horovod and MirroredStrategy (in-process checks: test_keras_steps.py)."""
 
 import json
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import torch
 
 from dtc_train import torch_common, torch_model
-from helpers import METRIC, digits_job, mpi_digits_job, own_torch_port, run_train, torch_load
+from helpers import (
+    BIN,
+    METRIC,
+    PROGRAMS,
+    digits_job,
+    json_objects,
+    mpi_digits_job,
+    own_torch_port,
+    run_train,
+    torch_load,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -89,3 +105,40 @@ def test_fp16_under_fsdp_is_refused_before_training(digits_channels, tmp_path):
     assert result.failure.splitlines()[0] == (
         "ValueError: precision=fp16 is not supported with data-parallel=fsdp (loss scaling would judge each rank's "
         "gradient shard alone): use precision=bf16, which needs no loss scaling")
+
+
+@pytest.mark.parametrize("mode", ["horovod", "mirrored"])
+def test_tensorflow_fp16_skips_a_step_on_every_rank_when_one_rank_overflows(mode, tmp_path):
+    """tests/programs/tf_loss_scale.py: in the second step the last rank's (replica's) batch
+    overflows float16 and no other's does. Every rank must skip that step, halve its loss scale
+    to 2**14 and keep weights identical to the others' (a rank that judged its own gradients
+    would apply a step the other skipped, or wait in an allreduce the other never joins).
+    mirrored: 2 logical CPU replicas with gradient-accumulation-steps=2."""
+    argv = [sys.executable, str(PROGRAMS / "tf_loss_scale.py"), mode]
+    if mode == "horovod":
+        argv = [str(BIN / "mpirun"), "-np", "2", "--host", "localhost:2", *argv]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    results = json_objects(done.stdout)
+    assert sorted(r["rank"] for r in results) == list(range(len(results))) and results[0]["world_size"] == 2
+    assert len(results) == (2 if mode == "horovod" else 1)
+    for result in results:
+        assert result["scales"] == [2.0 ** 15, 2.0 ** 14] and result["moved"] == [True, False], result
+    assert len({r["digest"] for r in results}) == 1
+
+
+def test_tensorflow_horovod_trains_in_fp16_with_the_loss_scale_in_the_checkpoint(digits_channels, tmp_path):
+    """The Horovod trainer on 2 MPI ranks in fp16 (float16 is emulated on this CPU: about 4 times
+    slower than fp32, so 5 epochs, not the main job's 12)."""
+    root = mpi_digits_job(tmp_path, digits_channels, "tensorflow", epochs=5, precision="fp16")
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-4000:]
+    accuracy = [float(acc) for _, _, acc, _ in METRIC.findall(result.stdout)]
+    assert len(accuracy) == 5 and accuracy[-1] >= 0.90, accuracy
+    assert json.loads((root / "model" / "model.json").read_text())["precision"] == "fp16"
+    with np.load(root / "checkpoints" / "checkpoint.npz") as saved:
+        optimizer = [saved[f"optimizer_{i}"] for i in range(sum(k.startswith("optimizer_") for k in saved.files))]
+    # tf_checkpoint.optimizer_variables: the scale (a power of two >= 1) and its finite-step count last
+    scale, good_steps = float(optimizer[-2]), int(optimizer[-1])
+    assert scale >= 1.0 and np.log2(scale).is_integer() and 0 <= good_steps < 2000, (scale, good_steps)
+

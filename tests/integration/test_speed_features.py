@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from dtc_train import torch_common, torch_model
-from helpers import BIN, PROGRAMS, STRATEGIES, digits_job, own_torch_port, read_json, run_train
+from helpers import BIN, PROGRAMS, STRATEGIES, digits_job, json_objects, own_torch_port, read_json, run_train
 
 RANKS = 2
 
@@ -42,17 +42,6 @@ def test_gradient_accumulation_takes_the_larger_batchs_step_with_one_reduction_p
         assert per_step["4"] == per_step["1"] >= 1, result            # not 4 times as many
 
 
-def _json_objects(text: str) -> list[dict]:
-    """Every JSON object in ``text`` (the ranks' result lines as mpirun forwards them: two ranks'
-    lines can arrive on one line, ``{...}{...}``, as seen in CI on 2026-11-26)."""
-    decoder, found, index = json.JSONDecoder(), [], text.find("{")
-    while index != -1:
-        value, end = decoder.raw_decode(text, index)
-        found.append(value)
-        index = text.find("{", end)
-    return found
-
-
 def test_tensorflow_horovod_gradient_accumulation_takes_the_larger_batchs_step_with_one_allreduce_per_step(
         tmp_path):
     """builtin:tensorflow under mpi: gradient-accumulation-steps=4 on batches of 8 (Horovod's
@@ -66,7 +55,7 @@ def test_tensorflow_horovod_gradient_accumulation_takes_the_larger_batchs_step_w
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL,
                           env={**os.environ, "HOROVOD_TIMELINE": str(timeline)})
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    results = _json_objects(done.stdout)
+    results = json_objects(done.stdout)
     assert sorted(r["rank"] for r in results) == list(range(RANKS)), done.stdout
     for result in results:
         assert result["max_weight_change"] > 1e-3, result

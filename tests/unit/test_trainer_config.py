@@ -43,14 +43,31 @@ def test_an_option_the_backend_does_not_apply_is_refused_naming_it_and_who_appli
 
 
 @pytest.mark.parametrize("backend", sorted(config.TENSORFLOW))
-def test_the_tensorflow_trainers_take_bf16_and_refuse_fp16_saying_why(backend, capsys):
+def test_the_tensorflow_trainers_take_bf16_and_fp16_but_the_parameter_server_refuses_fp16_saying_why(backend, capsys):
     assert config.parse(backend, ["--precision", "bf16"]).precision == "bf16"
+    if backend != config.TENSORFLOW_PS:
+        assert config.parse(backend, ["--precision", "fp16"]).precision == "fp16"
+        return
     with pytest.raises(SystemExit) as exited:
         config.parse(backend, ["--precision", "fp16"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
         f"error: hyperparameter precision=fp16 does not apply to {config.BACKENDS[backend]}: fp16 needs loss scaling, "
-        "which the TensorFlow trainers do not apply; use precision=bf16, which needs none")
+        "which Keras' LossScaleOptimizer does not do under ParameterServerStrategy; use precision=bf16, which needs "
+        "none")
+
+
+def test_fp16_and_accumulation_are_refused_together_under_tensorflow_horovod_only(capsys):
+    both = ["--precision", "fp16", "--gradient-accumulation-steps", "2"]
+    assert config.parse(config.TENSORFLOW_MIRRORED, both).gradient_accumulation_steps == 2
+    assert config.parse(config.PYTORCH_HOROVOD, both).precision == "fp16"
+    with pytest.raises(SystemExit) as exited:
+        config.parse(config.TENSORFLOW_HOROVOD, both)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "error: hyperparameters precision=fp16 and gradient-accumulation-steps=2 do not combine under "
+        f"{config.BACKENDS[config.TENSORFLOW_HOROVOD]}: its loss scaling would judge each rank's gradients between "
+        "allreduces alone; use precision=bf16 with accumulation, or fp16 without it")
 
 
 @pytest.mark.parametrize("backend", sorted(config.BACKENDS))

@@ -167,11 +167,12 @@ def _options() -> tuple[Option, ...]:
                  "averaged over the ranks once per step; 1: none")),
         Option("--precision", ALL, dict(
             choices=PRECISIONS, default="fp32",
-            help="fp32; bf16 or fp16: builtin:pytorch runs the forward pass and loss under torch.autocast, fp16 "
-                 "with dynamic loss scaling; builtin:tensorflow computes its layers in bf16 (Keras' mixed_bfloat16 "
-                 "policy) and refuses fp16"),
-            refused=(("fp16", TENSORFLOW, "fp16 needs loss scaling, which the TensorFlow trainers do not apply; "
-                                          "use precision=bf16, which needs none"),)),
+            help="fp32; bf16 or fp16: builtin:pytorch runs the forward pass and loss under torch.autocast, "
+                 "builtin:tensorflow computes its layers in bf16 or fp16 (Keras' mixed_bfloat16 / mixed_float16 "
+                 "policy); fp16 with dynamic loss scaling (not under parameter_server)"),
+            refused=(("fp16", frozenset({TENSORFLOW_PS}),
+                      "fp16 needs loss scaling, which Keras' LossScaleOptimizer does not do under "
+                      "ParameterServerStrategy; use precision=bf16, which needs none"),)),
         Option("--label-smoothing", ALL, dict(
             type=fraction, default=0.0,
             help="training loss against targets of 1 - e on the label and e / classes everywhere; 0: none")),
@@ -269,7 +270,8 @@ def parse(backend: str, argv: list[str] | None = None, description: str = "") ->
         SystemExit: status 2 (argparse's), its message on stderr: an unknown option, a bad value
             (naming the option and the value), an option ``backend`` does not apply (naming it,
             ``backend`` and the backends that apply it), or a value ``backend`` refuses (``Option.refused``:
-            precision=fp16 on a TensorFlow backend).
+            precision=fp16 under parameter_server), or values that do not combine (precision=fp16
+            with gradient-accumulation-steps > 1 under Horovod's TensorFlow trainer).
     """
     options = _options()
     parser = _parser(description or BACKENDS[backend], options, given_only=False)
@@ -284,4 +286,11 @@ def parse(backend: str, argv: list[str] | None = None, description: str = "") ->
             if values[option.dest] == value and backend in backends:
                 parser.error(f"hyperparameter {option.flag.lstrip('-')}={value} does not apply to "
                              f"{BACKENDS[backend]}: {why}")
+    if backend == TENSORFLOW_HOROVOD and values["precision"] == "fp16" and values["gradient_accumulation_steps"] > 1:
+        # Horovod's backward_passes_per_step hands Keras' LossScaleOptimizer each rank's own sum
+        # between allreduces, whose finiteness differs by rank: the ranks' loss scales would drift
+        parser.error(f"hyperparameters precision=fp16 and gradient-accumulation-steps="
+                     f"{values['gradient_accumulation_steps']} do not combine under {BACKENDS[backend]}: its loss "
+                     "scaling would judge each rank's gradients between allreduces alone; use precision=bf16 with "
+                     "accumulation, or fp16 without it")
     return TrainerConfig(backend=backend, **values)

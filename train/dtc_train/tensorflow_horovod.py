@@ -138,9 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     micro_batches = args.gradient_accumulation_steps
     # backward_passes_per_step: each rank adds up k batches' gradients, then one allreduce of
     # their sum, divided by k (average_aggregated_gradients), and one optimizer step
-    optimizer = hvd.DistributedOptimizer(
+    optimizer = tf_model.loss_scaled(hvd.DistributedOptimizer(
         keras.optimizers.SGD(learning_rate=args.learning_rate * size, momentum=args.momentum),
-        backward_passes_per_step=micro_batches, average_aggregated_gradients=True)
+        backward_passes_per_step=micro_batches, average_aggregated_gradients=True), args.precision)
     model.compile(optimizer=optimizer, loss=tf_model.training_loss(args.label_smoothing), metrics=["accuracy"])
     backend = HorovodBackend(args, model, lambda epoch, first_batch: iter(epoch_input(epoch, first_batch)), data,
                              iter(_dataset(val_pipe, args.batch_size, device_id, shape)))

@@ -135,12 +135,13 @@ def accumulating_train_functions(model: keras.Model, strategy: tf.distribute.Str
         with tf.GradientTape() as tape:
             predictions = model(images, training=True)
             loss = model.compute_loss(images, labels, predictions)
-        for accumulator, gradient in zip(accumulators, tape.gradient(loss, variables), strict=True):
+            scaled = tf_model.scaled_loss(model.optimizer, loss)   # fp16: the scale changes only when applied
+        for accumulator, gradient in zip(accumulators, tape.gradient(scaled, variables), strict=True):
             accumulator.assign_add(gradient)
         if apply:
-            model.optimizer.apply_gradients(
-                [(accumulator / micro_batches, variable) for accumulator, variable in zip(accumulators, variables,
-                                                                                          strict=True)])
+            gradients = tf_model.unscaled_gradients(model.optimizer, [accumulator / micro_batches
+                                                                      for accumulator in accumulators])
+            model.optimizer.apply_gradients(zip(gradients, variables, strict=True))
             for accumulator in accumulators:
                 accumulator.assign(tf.zeros_like(accumulator))
         return model.compute_metrics(images, labels, predictions, None)
@@ -310,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     with strategy.scope():
         model = choice.build(len(data.classes))
         tf_model.start_from_pretrained(model, choice, task_id)
-        model.compile(optimizer=keras.optimizers.SGD(learning_rate=args.learning_rate * replicas,
-                                                     momentum=args.momentum),
+        model.compile(optimizer=tf_model.loss_scaled(keras.optimizers.SGD(learning_rate=args.learning_rate * replicas,
+                                                                          momentum=args.momentum), args.precision),
                       loss=tf_model.training_loss(args.label_smoothing), metrics=["accuracy"])
         model.optimizer.build(model.trainable_variables)
     resume = _restore_on_every_worker(strategy, args, model, is_chief, workers, allgather)

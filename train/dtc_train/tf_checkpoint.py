@@ -24,11 +24,17 @@ CHECKPOINT_NAME = "checkpoint.npz"
 
 
 def optimizer_variables(optimizer) -> list:
-    """The optimizer's variables (iteration count, slots) in a fixed order."""
+    """The optimizer's variables (iteration count, slots) in a fixed order; a
+    ``LossScaleOptimizer``'s (precision=fp16: ``tf_model.loss_scaled``) with its loss scale and
+    its count of finite steps last, so that a resumed job scales as the uninterrupted one did."""
     # tf-keras's optimizer exposes them as a property whose value is also callable (Horovod's
     # broadcast callback calls it); call it when it is, as Horovod does
     variables = optimizer.variables
-    return list(variables() if callable(variables) else variables)
+    variables = list(variables() if callable(variables) else variables)
+    if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer):
+        # tf-keras 2.21 lists only the wrapped optimizer's; the scale's state has no public handle
+        variables += [optimizer._loss_scale._current_loss_scale, optimizer.dynamic_counter]
+    return variables
 
 
 def save_checkpoint(checkpoint_dir: str, model: keras.Model, optimizer, epoch: int, step: int = 0,

@@ -20,9 +20,9 @@ from .dali_data import ImageSpec, input_spec
 DIGITS = "digits"
 
 IMAGE_SHAPE = (8, 8, 1)   # height, width, channels; float32 in [0, 1]
-# precision (dtc_train.config.PRECISIONS) -> Keras' dtype policy. fp16 is not offered: it needs loss
-# scaling, which the Horovod and parameter-server steps would each have to apply (config refuses it).
-POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16"}
+# precision (dtc_train.config.PRECISIONS) -> Keras' dtype policy; fp16 also scales the loss
+# (loss_scaled), which the parameter-server trainer cannot (config refuses it there).
+POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 NUM_CLASSES = 10
 # Keras' HDF5 weights files: model.save_weights("x.h5"), model.save("x.h5"), keras.applications' downloads
 WEIGHT_SUFFIXES = (".h5", ".hdf5")
@@ -55,7 +55,7 @@ class KerasChoice:
     Attributes:
         name: ``digits`` or a ``keras.applications`` architecture.
         images: its input and the training augmentation (``dali_data.ImageSpec``; layout HWC).
-        precision: ``fp32`` or ``bf16`` (``POLICIES``).
+        precision: ``fp32``, ``bf16`` or ``fp16`` (``POLICIES``).
         pretrained_weights: a weights file in an input channel to start from
             (``CHANNEL[/PATH]``: ``start_from_pretrained``), or ``None``.
     """
@@ -90,9 +90,10 @@ class KerasChoice:
         (the caller seeds TensorFlow, so every rank builds the same weights).
 
         Its layers compute in ``precision`` (Keras' dtype policy ``POLICIES[precision]``, set
-        while they are built and restored after): under bf16 they compute in bfloat16 and keep
-        float32 variables, so gradients and the optimizer stay float32, and a final float32
-        ``Activation`` returns the logits in float32 for the loss (Keras' mixed-precision guide).
+        while they are built and restored after): under bf16 (fp16) they compute in bfloat16
+        (float16) and keep float32 variables, so gradients and the optimizer stay float32, and a
+        final float32 ``Activation`` returns the logits in float32 for the loss (Keras'
+        mixed-precision guide). fp16 also needs its optimizer ``loss_scaled``.
         """
         previous = keras.mixed_precision.global_policy()
         keras.mixed_precision.set_global_policy(POLICIES[self.precision])
@@ -245,3 +246,32 @@ def sparse_metrics(logits, labels) -> tuple[float, float]:
                                     tf.float64))
     return float(tf.reduce_sum(loss)), float(correct)
 
+
+def loss_scaled(optimizer, precision: str):
+    """``optimizer`` for ``precision``: under fp16 wrapped in Keras' ``LossScaleOptimizer``
+    (dynamic loss scaling, tf-keras' mixed-precision guide: the loss is multiplied by a scale
+    that starts at 2**15, the gradients divided by it; a step whose gradients are not finite is
+    skipped and halves the scale, 2000 finite steps in a row double it), else ``optimizer``.
+
+    Give it the distributed optimizer (Horovod's ``DistributedOptimizer``), or build it under
+    the mirrored strategy: the finiteness check then sees the all-reduced gradients, so an
+    overflow on one rank makes every rank skip that step and halve its scale, and the ranks
+    keep one scale and the same weights (tf-keras' ``LossScaleOptimizerV3.apply_gradients``
+    aggregates before it checks; Horovod's ``DistributedOptimizer`` cannot wrap it instead).
+    """
+    return keras.mixed_precision.LossScaleOptimizer(optimizer) if precision == "fp16" else optimizer
+
+
+def scaled_loss(optimizer, loss):
+    """``loss`` times ``optimizer``'s loss scale when it is ``loss_scaled`` (for a custom step
+    that takes its own gradients; Keras' ``train_step`` scales by itself), else ``loss``."""
+    if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer):
+        return optimizer.get_scaled_loss(loss)
+    return loss
+
+
+def unscaled_gradients(optimizer, gradients: list) -> list:
+    """``gradients`` of a ``scaled_loss`` divided by the loss scale again (the same optimizer)."""
+    if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer):
+        return optimizer.get_unscaled_gradients(gradients)
+    return gradients
