@@ -26,8 +26,8 @@ What it does, in order:
 Usage: ``python -m dtc_local.cluster --image dtc:cpu --instance-count 2 --distribution mpi
 --processes-per-host 2 --program builtin:pytorch -p epochs=10`` or ``--job-file job.json``
 (same keys, underscores: image, instance_count, processes_per_host, distribution, program,
-source_dir, hyperparameters, channels, sharded_channels, gpus, environment, subnet, peer_grace_s,
-checkpoint_dir, command, name).
+source_dir, hyperparameters, channels, sharded_channels, shard_weights, gpus, environment, subnet,
+peer_grace_s, checkpoint_dir, command, name).
 ``make cluster`` wraps it.
 """
 
@@ -77,6 +77,8 @@ class ClusterJob:
         sharded_channels: channels delivered ``ShardedByS3Key``: each host's tree gets its own
             part of the channel's files (``job_tree.host_part``) instead of the mount, and
             inputdataconfig.json says ``ShardedByS3Key``.
+        shard_weights: sharded channel -> one count per host, to deal its files unevenly
+            (``job_tree.host_part``'s ``weights``); a channel not named here is dealt evenly.
         gpus: ``none`` or ``all`` (every container sees every GPU).
         instance_type: resourceconfig's ``current_instance_type``.
         environment: variables set in every container (the estimator's ``environment``), on
@@ -109,6 +111,7 @@ class ClusterJob:
     hyperparameters: Mapping[str, object] = field(default_factory=dict)
     channels: Mapping[str, str] = field(default_factory=dict)
     sharded_channels: tuple[str, ...] = ()
+    shard_weights: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     gpus: str = "none"
     instance_type: str = "ml.c5.xlarge"
     environment: Mapping[str, str] = field(default_factory=dict)
@@ -186,6 +189,10 @@ def write_trees(job: ClusterJob, job_dir: str) -> dict[str, str]:
     unknown = sorted(set(job.sharded_channels) - set(job.channels))
     if unknown:
         raise ValueError(f"sharded_channels names {unknown}, which are not among the channels {sorted(job.channels)}")
+    unsharded = sorted(set(job.shard_weights) - set(job.sharded_channels))
+    if unsharded:
+        raise ValueError(f"shard_weights names {unsharded}, which are not among the sharded_channels "
+                         f"{sorted(job.sharded_channels)}")
     trees = {}
     for index, host in enumerate(job.hosts):
         trees[host] = job_tree.write(
@@ -194,7 +201,7 @@ def write_trees(job: ClusterJob, job_dir: str) -> dict[str, str]:
             sharded_channels=job.sharded_channels)
         for name in job.sharded_channels:
             job_tree.host_part(job.channels[name], os.path.join(trees[host], "input", "data", name),
-                               job.instance_count, index)
+                               job.instance_count, index, job.shard_weights.get(name))
     return trees
 
 
@@ -429,7 +436,18 @@ def _job_from(args: argparse.Namespace) -> ClusterJob:
     spec["channels"] = channels
     if "command" in spec:
         spec["command"] = tuple(spec["command"])
-    spec["sharded_channels"] = tuple(spec.get("sharded_channels", ())) + tuple(args.sharded_channel)
+    weights = {name: tuple(counts) for name, counts in spec.get("shard_weights", {}).items()}
+    sharded = list(spec.get("sharded_channels", ()))
+    for item in args.sharded_channel:
+        name, _, counts = item.partition(":")
+        sharded.append(name)
+        if counts:
+            try:
+                weights[name] = tuple(int(count) for count in counts.split(","))
+            except ValueError:
+                raise SystemExit(f"cluster: --sharded-channel {item}: the weights after ':' are whole numbers, "
+                                 "one per host (training:3,1)") from None
+    spec["sharded_channels"], spec["shard_weights"] = tuple(sharded), weights
     if "image" not in spec:
         raise SystemExit("cluster: no image: pass --image or set \"image\" in the job file")
     if spec.get("distribution", "mpi") not in DISTRIBUTIONS:
@@ -457,8 +475,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("-p", "--hyperparameter", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--channel", action="append", default=[], metavar="NAME=DIR",
                         help="a channel (default: the digits data set as training and validation)")
-    parser.add_argument("--sharded-channel", action="append", default=[], metavar="NAME",
-                        help="deliver this channel ShardedByS3Key: each host gets its part of the files")
+    parser.add_argument("--sharded-channel", action="append", default=[], metavar="NAME[:W1,W2,...]",
+                        help="deliver this channel ShardedByS3Key: each host gets its part of the files, dealt in "
+                             "turn, or W1 files to the first host for every W2 to the second... (training:3,1)")
     parser.add_argument("--job-dir", default="build/cluster")
     parser.add_argument("--timeout-s", type=float, default=3600)
     parser.add_argument("--engine", choices=("auto", "docker", "podman"), default="auto")

@@ -54,17 +54,31 @@ def input_data_config(channels: Sequence[str], sharded_channels: Sequence[str] =
                 "RecordWrapperType": "None"} for c in channels}
 
 
-def host_part(source: str, destination: str, instance_count: int, host_index: int) -> list[str]:
+def host_part(source: str, destination: str, instance_count: int, host_index: int,
+              weights: Sequence[int] | None = None) -> list[str]:
     """Fills ``destination`` with host ``host_index``'s part (0-based) of the channel at ``source``
     when the channel is ``ShardedByS3Key`` over ``instance_count`` hosts: every file is an S3
     object, keyed by its path below the channel; the sorted keys are dealt out in turn, key ``k``
     to host ``k mod instance_count``. SageMaker gives each instance about 1/N of the objects
     (S3DataSource ``S3DataDistributionType``) without documenting which; dealing in turn gives
     every host a part of every class folder when the folders hold more files than hosts.
-    Files are hard-linked (copied across file systems). Returns the keys written, sorted."""
+    ``weights`` (one count per host) deals unevenly, to rehearse a channel of uneven objects:
+    each round gives host ``i`` ``weights[i]`` keys in a row (``3, 1``: three quarters to the
+    first host; a 0 leaves a host with an empty channel directory). Files are hard-linked (copied across file
+    systems). Returns the keys written, sorted.
+
+    Raises:
+        ValueError: ``weights`` is not one count >= 0 per host, or all are 0.
+    """
+    weights = tuple(weights) if weights else (1,) * instance_count
+    if len(weights) != instance_count or min(weights) < 0 or not sum(weights):
+        raise ValueError(f"shard weights {list(weights)}: give one count >= 0 per host ({instance_count}), "
+                         "not all 0")
+    rounds = [host for host, weight in enumerate(weights) for _ in range(weight)]
     keys = sorted(os.path.relpath(os.path.join(folder, name), source)
                   for folder, _, names in os.walk(source) for name in names)
-    part = keys[host_index::instance_count]
+    part = [key for index, key in enumerate(keys) if rounds[index % len(rounds)] == host_index]
+    os.makedirs(destination, exist_ok=True)   # the channel's directory exists on every host, empty or not
     for key in part:
         target = os.path.join(destination, key)
         os.makedirs(os.path.dirname(target), exist_ok=True)

@@ -86,6 +86,48 @@ def test_two_hosts_reading_sharded_channels(case, tmp_path):
         assert final_digests(log, 1) == final_digests(replicated.stdout + replicated.stderr, 1)
 
 
+def test_two_hosts_reading_unevenly_sharded_channels_drop_and_count_the_excess_and_score_every_image(tmp_path):
+    """#20 items 3 and 5 in the image: both channels ShardedByS3Key with three of every four
+    files on algo-1 (``--sharded-channel training:3,1``): 1078 and 359 training files, split by
+    each host's 2 Horovod ranks into shards of 539, 539, 179 and 180. Every rank runs the
+    smallest shard's ceil(179 / 32) = 6 steps per epoch, the 2 x (539 - 192) = 694 samples over
+    that are counted in the log, all 360 validation images (270 + 90) are scored, and the ranks
+    end with identical weights (half the samples per epoch of an even job: >= 0.85 accuracy)."""
+    strategy = STRATEGIES["mpi-tensorflow"]
+    done, result = run_cluster(tmp_path / "job", *strategy.cluster_args(), "-p", f"epochs={strategy.cluster_epochs}",
+                               "--sharded-channel", "training:3,1", "--sharded-channel", "validation:3,1")
+    log = done.stdout + done.stderr
+    assert done.returncode == 0 and {h: result["hosts"][h]["exit_code"] for h in HOSTS} == {"algo-1": 0, "algo-2": 0}, \
+        log[-4000:]
+    assert ("channel training is ShardedByS3Key over 2 instances: 1437 training images, rank shards of 179 to 539; "
+            "6 steps per epoch on every rank (the smallest shard's), 694 samples per epoch left for later epochs"
+            ) in log, log[-4000:]
+    for host, files in (("algo-1", (1078, 270)), ("algo-2", (359, 90))):
+        data = tmp_path / "job" / host / "input" / "data"
+        assert (sum(1 for _ in (data / "training").rglob("*.png")), sum(1 for _ in (data / "validation").rglob("*.png"))
+                ) == files
+    epochs_seen = METRIC.findall(log)
+    assert len(epochs_seen) == strategy.cluster_epochs and {int(e[3]) for e in epochs_seen} == {360}, epochs_seen
+    assert float(epochs_seen[-1][2]) >= 0.85, epochs_seen
+    assert_identical_weights(log, strategy.two_host_world_size)
+
+
+def test_a_host_that_received_no_file_of_a_sharded_channel_fails_every_host_before_training(tmp_path):
+    """#20 item 3: algo-2 gets none of the training files (``training:1,0``): every host fails
+    before any step, the failure naming the channel, the host and the instance count, and no
+    host waits for the other (the cluster's own limit is 300 s)."""
+    started = time.monotonic()
+    done, result = run_cluster(tmp_path / "job", *STRATEGIES["mpi-pytorch"].cluster_args(), "-p", "epochs=1",
+                               "--sharded-channel", "training:1,0", timeout_s=300)
+    log = done.stdout + done.stderr
+    assert done.returncode != 0 and not METRIC.findall(log), log[-4000:]
+    assert all(result["hosts"][host]["exit_code"] != 0 for host in HOSTS), result
+    assert result["hosts"]["algo-1"]["failure"].startswith(
+        "ValueError: channel 'training' is ShardedByS3Key over 2 instances and host(s) algo-2 received no image "
+        "files: give the channel at least 2 S3 objects"), result
+    assert time.monotonic() - started < 240
+
+
 def test_a_failing_rank_on_a_worker_host_fails_the_job_and_every_host_exits(tmp_path):
     source = tmp_path / "source"
     source.mkdir()

@@ -2,6 +2,7 @@
 
 import io
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,6 +213,34 @@ def test_a_local_cluster_deals_a_sharded_channels_objects_to_the_hosts(tmp_path)
     with pytest.raises(ValueError, match=r"sharded_channels names \['test'\]"):
         cluster.write_trees(cluster.ClusterJob(image="x", channels={"training": str(source)},
                                                sharded_channels=("test",)), str(tmp_path / "job2"))
+
+
+def test_a_local_cluster_deals_a_sharded_channel_unevenly_by_weight(tmp_path):
+    """shard_weights (--sharded-channel training:3,1): three of every four files to algo-1, every
+    file to exactly one host; a weight of 0 leaves a host without files; bad weights are named."""
+    from dtc_local import cluster
+
+    source = _image_folder(tmp_path / "data" / "training", {"cat": 8, "dog": 8})
+    parts = {}
+    for weights in ((3, 1), (1, 0)):
+        job = cluster.ClusterJob(image="x", instance_count=2, channels={"training": str(source)},
+                                 sharded_channels=("training",), shard_weights={"training": weights})
+        trees = cluster.write_trees(job, str(tmp_path / f"job-{weights[1]}"))
+        channels = [Path(tree) / "input" / "data" / "training" for tree in trees.values()]
+        parts[weights] = [sorted(p.relative_to(channel) for p in channel.rglob("*") if p.is_file())
+                          for channel in channels]
+    assert [len(part) for part in parts[(3, 1)]] == [12, 4] and [len(part) for part in parts[(1, 0)]] == [16, 0]
+    assert sorted(parts[(3, 1)][0] + parts[(3, 1)][1]) == parts[(1, 0)][0]
+    assert {path.parts[0] for path in parts[(3, 1)][1]} == {"cat", "dog"}
+    assert (tmp_path / "job-0" / "algo-2" / "input" / "data" / "training").is_dir()   # empty, as on SageMaker
+    for weights in ((1,), (0, 0), (2, -1)):
+        with pytest.raises(ValueError, match=r"shard weights \[.*\]: give one count >= 0 per host \(2\), not all 0"):
+            cluster.write_trees(cluster.ClusterJob(image="x", instance_count=2, channels={"training": str(source)},
+                                                   sharded_channels=("training",),
+                                                   shard_weights={"training": weights}), str(tmp_path / "bad"))
+    with pytest.raises(ValueError, match=r"shard_weights names \['validation'\], which are not among the "):
+        cluster.write_trees(cluster.ClusterJob(image="x", instance_count=2, channels={"training": str(source)},
+                                               shard_weights={"validation": (1, 1)}), str(tmp_path / "bad"))
 
 
 def _add_corrupt_images(root) -> list[str]:
