@@ -127,7 +127,9 @@ def test_a_keras_architecture_trains_on_rgb_photographs(photos_channels, tmp_pat
     assert result.returncode == 0, result.output[-4000:]
     epochs = [(int(e), float(acc), int(n)) for e, _, acc, n in METRIC.findall(result.stdout)]
     assert [e for e, _, _ in epochs] == list(range(1, 9)) and {n for _, _, n in epochs} == {120}, epochs
-    assert epochs[-1][1] >= 0.8, epochs
+    # 3 classes (chance 0.33): 0.80 and more on the machines before 2026-11-26, 0.775 on that day's
+    # new machine (CPUs with AVX512-FP16, where oneDNN computes in another order), at 82f5b6b too
+    assert epochs[-1][1] >= 0.75, epochs
     assert ("learning rate 0.02 per rank x 1 ranks = 0.02, warmup over 30 steps from 0.02, then cosine decay to 0 "
             "at step 240") in result.output
     described = json.loads((root / "model" / "model.json").read_text())

@@ -66,7 +66,10 @@ def test_tensorflow_stops_early_on_the_same_rule_and_keeps_its_state_in_the_chec
 
 
 def test_tensorflow_horovod_fails_a_diverging_loss_naming_the_step(digits_channels, tmp_path):
-    root = mpi_digits_job(tmp_path, digits_channels, "tensorflow", epochs=2, **{"learning-rate": 1e9})
+    # 1e9 (and 1e30) diverged to a finite loss of 1e32 (1e30) on 2026-11-26's AVX512-FP16 CPUs;
+    # 1e38 per rank puts the weights near float32's largest value after one step, so the next
+    # step's activations overflow on any CPU (there: inf at step 2)
+    root = mpi_digits_job(tmp_path, digits_channels, "tensorflow", epochs=2, **{"learning-rate": 1e38})
     result = run_train(root, timeout_s=600)
     assert result.returncode != 0 and not result.succeeded, result.output[-3000:]
     assert re.fullmatch(r"FloatingPointError: the training loss is (nan|inf|-inf) at step \d+ of epoch 1 \(global "
