@@ -162,12 +162,21 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def own_torch_port() -> dict[str, str]:
-    """``DTC_TORCH_MASTER_PORT`` set to a free port, for a `train` job that runs torchrun on this
-    machine: its master binds that port here, where pytest-xdist runs several jobs at once (a
-    second job on the default 7777 fails with EADDRINUSE; on SageMaker each host is a container
-    of its own)."""
-    return {"DTC_TORCH_MASTER_PORT": str(free_port())}
+def own_ports() -> dict[str, str]:
+    """Every ``DTC_*_PORT`` variable (``dtc_entrypoint.strategy.PORT_VARIABLES``) set to its own
+    free port, for a `train` job on this machine: its launchers bind those ports here, where
+    pytest-xdist runs several jobs at once (a second job on a default port, 7777 for torchrun or
+    8890 for MultiWorkerMirroredStrategy, fails with EADDRINUSE or "Could not start gRPC server";
+    on SageMaker each host is a container of its own). The ports are distinct: all are held open
+    until every one is picked."""
+    from dtc_entrypoint.strategy import PORT_VARIABLES
+
+    with contextlib.ExitStack() as held:
+        probes = [held.enter_context(socket.socket()) for _ in PORT_VARIABLES]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return {variable: str(probe.getsockname()[1])
+                for (variable, _), probe in zip(PORT_VARIABLES.values(), probes, strict=True)}
 
 
 def train_env(base_dir: Path, env: dict | None = None) -> dict[str, str]:
@@ -180,7 +189,12 @@ def train_env(base_dir: Path, env: dict | None = None) -> dict[str, str]:
 
 
 def run_train(base_dir: Path, *args: str, env: dict | None = None, timeout_s: float = 900) -> TrainResult:
-    """Runs the installed `train` command against ``base_dir`` like a container would."""
+    """Runs the installed `train` command against ``base_dir`` like a container would. A run (not
+    ``--plan``, which binds nothing and shows the default ports) gets its own ports (own_ports),
+    under ``env``."""
+    env = env or {}
+    if "--plan" not in args:
+        env = {**own_ports(), **env}
     done = subprocess.run([str(BIN / "train"), *args], env=train_env(base_dir, env), capture_output=True, text=True,
                           timeout=timeout_s, stdin=subprocess.DEVNULL)
     return TrainResult(done.returncode, done.stdout, done.stderr, base_dir)

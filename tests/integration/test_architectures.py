@@ -25,7 +25,6 @@ from helpers import (
     assert_identical_weights,
     checkpoint_position,
     final_digests,
-    own_torch_port,
     run_train,
 )
 
@@ -90,7 +89,7 @@ def test_a_torchvision_architecture_trains_on_rgb_photographs(photos_channels, t
     root = _photos_job(tmp_path, photos_channels, {
         "sagemaker_program": "builtin:pytorch", "sagemaker_mpi_num_of_processes_per_host": 2, "model": model,
         **PHOTOS_JOB, **hyperparameters})
-    result = run_train(root, env=own_torch_port())
+    result = run_train(root)
     assert result.returncode == 0, result.output[-4000:]
     _check_photos_job(root, result.stdout + result.stderr, model, optimizer_in_checkpoint=backend != "fsdp")
 

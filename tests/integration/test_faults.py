@@ -10,7 +10,7 @@ from datetime import datetime
 
 import pytest
 
-from helpers import FAULT_LINE, STRATEGIES, digits_job, own_torch_port, processes_of_job, run_train
+from helpers import FAULT_LINE, STRATEGIES, digits_job, processes_of_job, run_train
 
 pytestmark = pytest.mark.e2e
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.e2e
 def test_a_rank_killed_mid_epoch_ends_the_job_naming_rank_host_and_signal(case, digits_channels, tmp_path):
     root = digits_job(tmp_path, digits_channels, {**STRATEGIES[case].hyperparameters(), "epochs": 4})
 
-    result = run_train(root, env={"DTC_FAULT": "rank=1 step=30 signal=KILL", **own_torch_port()}, timeout_s=300)
+    result = run_train(root, env={"DTC_FAULT": "rank=1 step=30 signal=KILL"}, timeout_s=300)
     ended = time.time()
     assert result.returncode != 0 and not result.succeeded
     first_line = result.failure.splitlines()[0]

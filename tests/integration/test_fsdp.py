@@ -16,7 +16,6 @@ from helpers import (
     RESUMING,
     VALIDATION_IMAGES,
     digits_job,
-    own_torch_port,
     run_train,
     torch_load,
 )
@@ -47,7 +46,7 @@ def _fsdp_job(where, digits_channels, processes_per_host: int, epochs: int):
 
 def test_fsdp_trains_saves_a_whole_model_and_resumes_at_another_world_size(digits_channels, tmp_path):
     root = _fsdp_job(tmp_path, digits_channels, processes_per_host=2, epochs=8)
-    result = run_train(root, env=own_torch_port())
+    result = run_train(root)
     assert result.returncode == 0, result.output[-4000:]
     assert " FSDP2 (gloo): rank 0/2 on cpu " in result.output, result.output[-4000:]   # names what it runs
     epochs = [(int(e), float(acc), int(n)) for e, _, acc, n in METRIC.findall(result.stdout)]
@@ -79,7 +78,7 @@ def _resume_and_check(tmp_path, digits_channels, processes_per_host: int, done: 
     """Runs the FSDP job in ``tmp_path`` again with ``processes_per_host`` ranks for two more epochs
     than the ``done`` its checkpoint holds: it resumes there and ends >= 0.90, identical weights."""
     root = _fsdp_job(tmp_path, digits_channels, processes_per_host=processes_per_host, epochs=done + 2)
-    resumed = run_train(root, env=own_torch_port())
+    resumed = run_train(root)
     assert resumed.returncode == 0, resumed.output[-4000:]
     assert [int(v) for v in RESUMING.search(resumed.output).groups()] == [done, 0]
     epochs = [(int(e), float(acc)) for e, _, acc, _ in METRIC.findall(resumed.stdout)]
@@ -96,7 +95,7 @@ def test_a_checkpoint_of_the_other_data_parallel_setting_fails_before_training_n
         root = digits_job(tmp_path, digits_channels, {
             "sagemaker_program": "builtin:pytorch", "sagemaker_torch_distributed_enabled": True,
             "sagemaker_mpi_num_of_processes_per_host": 1, "data-parallel": data_parallel, "epochs": epochs})
-        result = run_train(root, env=own_torch_port(), timeout_s=300)
+        result = run_train(root, timeout_s=300)
     assert result.returncode != 0 and not METRIC.findall(result.stdout), result.output[-3000:]
     first_line = result.failure.splitlines()[0]
     assert first_line.startswith("ValueError: checkpoint ") and "does not fit this model" in first_line, first_line
@@ -107,11 +106,11 @@ def test_a_sharded_checkpoint_missing_a_ranks_file_fails_naming_the_directory(di
     """A restart that did not get every rank's shard file (a host's upload lost) fails before
     training, naming the shard directory, instead of loading part of the state."""
     root = _fsdp_job(tmp_path, digits_channels, processes_per_host=2, epochs=1)
-    assert run_train(root, env=own_torch_port()).returncode == 0
+    assert run_train(root).returncode == 0
     shards = torch_load(root / "checkpoints" / "checkpoint.pt")["sharded_state"]
     (root / "checkpoints" / shards / "__1_0.distcp").unlink()
     root = _fsdp_job(tmp_path, digits_channels, processes_per_host=2, epochs=2)
-    result = run_train(root, env=own_torch_port(), timeout_s=300)
+    result = run_train(root, timeout_s=300)
     assert result.returncode != 0 and not METRIC.findall(result.stdout), result.output[-3000:]
     first_line = result.failure.splitlines()[0]
     checkpoints = root / "checkpoints"

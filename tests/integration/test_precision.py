@@ -21,7 +21,6 @@ from helpers import (
     digits_job,
     json_objects,
     mpi_digits_job,
-    own_torch_port,
     run_train,
     torch_load,
 )
@@ -77,7 +76,7 @@ def test_ddp_trains_in_bf16(digits_channels, tmp_path):
     root = digits_job(tmp_path, digits_channels, {
         "sagemaker_program": "builtin:pytorch", "sagemaker_torch_distributed_enabled": True,
         "sagemaker_mpi_num_of_processes_per_host": 2, "precision": "bf16", "epochs": 12})
-    result = run_train(root, env=own_torch_port())
+    result = run_train(root)
     assert result.returncode == 0, result.output[-4000:]
     assert "precision bf16: forward pass and loss under torch.autocast(cpu, torch.bfloat16)" in result.output
     accuracy = [float(acc) for _, _, acc, _ in METRIC.findall(result.stdout)]
@@ -100,7 +99,7 @@ def test_fp16_under_fsdp_is_refused_before_training(digits_channels, tmp_path):
     root = digits_job(tmp_path, digits_channels, {
         "sagemaker_program": "builtin:pytorch", "sagemaker_torch_distributed_enabled": True,
         "sagemaker_mpi_num_of_processes_per_host": 1, "precision": "fp16", "data-parallel": "fsdp", "epochs": 1})
-    result = run_train(root, env=own_torch_port(), timeout_s=300)
+    result = run_train(root, timeout_s=300)
     assert result.returncode != 0 and not METRIC.findall(result.stdout), result.output[-3000:]
     assert result.failure.splitlines()[0] == (
         "ValueError: precision=fp16 is not supported with data-parallel=fsdp (loss scaling would judge each rank's "

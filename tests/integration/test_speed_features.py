@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from dtc_train import torch_common, torch_model
-from helpers import BIN, PROGRAMS, STRATEGIES, digits_job, json_objects, own_torch_port, read_json, run_train
+from helpers import BIN, PROGRAMS, STRATEGIES, digits_job, json_objects, read_json, run_train
 
 RANKS = 2
 
@@ -105,7 +105,7 @@ def test_parameter_server_gradient_accumulation_takes_the_larger_batchs_step(dig
         root = digits_job(tmp_path / name, digits_channels, {
             **STRATEGIES["parameter-server"].hyperparameters(), "epochs": 1, "batch-size": batch_size,
             "gradient-accumulation-steps": micro_batches})
-        result = run_train(root, env=own_torch_port())
+        result = run_train(root)
         assert result.returncode == 0, result.output[-3000:]
         saved.append(str(root / "model" / "1"))
         logs.append(result.output)

@@ -32,7 +32,7 @@ from helpers import (
     STRATEGIES,
     checkpoint_position,
     digits_job,
-    own_torch_port,
+    own_ports,
     run_train,
     train_env,
 )
@@ -51,7 +51,7 @@ def stop_at(root, delay_s: float, after: re.Pattern | None = None) -> tuple[int,
     """Starts `train` on ``root`` and sends it SIGTERM (as SageMaker does to the container's PID 1)
     ``delay_s`` seconds after the start, or after the first line matching ``after``; waits.
     Returns (exit code, seconds from signal to exit, log)."""
-    train = subprocess.Popen([str(BIN / "train")], env=train_env(root, own_torch_port()), stdout=subprocess.PIPE,
+    train = subprocess.Popen([str(BIN / "train")], env=train_env(root, own_ports()), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
     lines: list[str] = []
     seen = threading.Event()
@@ -117,7 +117,7 @@ def check_stop_and_resume(case: str, digits_channels, tmp_path, epochs: int = EP
     nothing half written); resumed at the checkpoint's step, it ends with the uninterrupted run's
     weights. Returns the uninterrupted run's log and final validation accuracy."""
     hyperparameters["epochs"] = epochs
-    full = run_train(job(case, tmp_path / "full", digits_channels, **hyperparameters), env=own_torch_port())
+    full = run_train(job(case, tmp_path / "full", digits_channels, **hyperparameters))
     assert full.returncode == 0, full.output[-3000:]
     full_accuracy, full_digests = final(full.stdout)
 
@@ -138,7 +138,7 @@ def check_stop_and_resume(case: str, digits_channels, tmp_path, epochs: int = EP
     assert not staged, staged                                            # no half-written file anywhere
     print(f"{case}: stopped {took_s:.1f} s after the signal; checkpoint position {position}")
 
-    resumed = run_train(root, env=own_torch_port())
+    resumed = run_train(root)
     assert resumed.returncode == 0 and resumed.succeeded, resumed.output[-3000:]
     if position:
         epoch, step = (int(v) for v in RESUMING.search(resumed.output).groups())

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from helpers import METRIC, digits_job, mpi_digits_job, own_torch_port, run_train, torch_load
+from helpers import METRIC, digits_job, mpi_digits_job, run_train, torch_load
 
 pytestmark = pytest.mark.e2e
 
@@ -22,7 +22,7 @@ def test_early_stopping_ends_a_plateau_saves_the_model_and_a_restart_trains_no_f
         "sagemaker_program": "builtin:pytorch", "sagemaker_torch_distributed_enabled": True,
         "sagemaker_mpi_num_of_processes_per_host": 2, "epochs": 12, "learning-rate": 1e-30,
         "early-stopping-patience": 2})
-    result = run_train(root, env=own_torch_port())
+    result = run_train(root)
     assert result.returncode == 0 and result.succeeded, result.output[-4000:]
     assert [int(epoch) for epoch, *_ in METRIC.findall(result.stdout)] == [1, 2, 3]
     assert re.search(r"early stopping after epoch 3 of 12: the validation loss has not improved on [0-9.]+ \(epoch 1\) "
@@ -31,7 +31,7 @@ def test_early_stopping_ends_a_plateau_saves_the_model_and_a_restart_trains_no_f
     checkpoint = torch_load(root / "checkpoints" / "checkpoint.pt")
     assert checkpoint["epoch"] == 3 and checkpoint["plateau"]["stopped_after"] == 3
 
-    again = run_train(root, env=own_torch_port())       # a restart (a retried job) finds it done
+    again = run_train(root)       # a restart (a retried job) finds it done
     assert again.returncode == 0, again.output[-3000:]
     assert "the checkpoint has stopped early after epoch 3 (early-stopping-patience): nothing left to train" in \
         again.output
