@@ -95,17 +95,6 @@ def test_horovod_trains_in_fp16_with_loss_scaling_kept_in_the_checkpoint(digits_
     assert torch_load(root / "checkpoints" / "checkpoint.pt")["grad_scaler"]["scale"] >= 1.0
 
 
-def test_fp16_under_fsdp_is_refused_before_training(digits_channels, tmp_path):
-    root = digits_job(tmp_path, digits_channels, {
-        "sagemaker_program": "builtin:pytorch", "sagemaker_torch_distributed_enabled": True,
-        "sagemaker_mpi_num_of_processes_per_host": 1, "precision": "fp16", "data-parallel": "fsdp", "epochs": 1})
-    result = run_train(root, timeout_s=300)
-    assert result.returncode != 0 and not METRIC.findall(result.stdout), result.output[-3000:]
-    assert result.failure.splitlines()[0] == (
-        "ValueError: precision=fp16 is not supported with data-parallel=fsdp (loss scaling would judge each rank's "
-        "gradient shard alone): use precision=bf16, which needs no loss scaling")
-
-
 @pytest.mark.parametrize("mode", ["horovod", "mirrored"])
 def test_tensorflow_fp16_skips_a_step_on_every_rank_when_one_rank_overflows(mode, tmp_path):
     """tests/programs/tf_loss_scale.py: in the second step the last rank's (replica's) batch

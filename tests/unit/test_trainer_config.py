@@ -57,17 +57,26 @@ def test_the_tensorflow_trainers_take_bf16_and_fp16_but_the_parameter_server_ref
         "none")
 
 
-def test_fp16_and_accumulation_are_refused_together_under_tensorflow_horovod_only(capsys):
-    both = ["--precision", "fp16", "--gradient-accumulation-steps", "2"]
-    assert config.parse(config.TENSORFLOW_MIRRORED, both).gradient_accumulation_steps == 2
-    assert config.parse(config.PYTORCH_HOROVOD, both).precision == "fp16"
+@pytest.mark.parametrize("backend, other, accepted_by, why", [
+    (config.TENSORFLOW_HOROVOD, ["--gradient-accumulation-steps", "2"],
+     [config.TENSORFLOW_MIRRORED, config.PYTORCH_HOROVOD, config.PYTORCH_DDP],
+     "its loss scaling would judge each rank's gradients between allreduces alone; use precision=bf16 with "
+     "accumulation, or fp16 without it"),
+    (config.PYTORCH_DDP, ["--data-parallel", "fsdp"], [],     # data-parallel applies to DDP alone
+     "loss scaling would judge each rank's gradient shard alone; use precision=bf16, which needs no loss scaling"),
+])
+def test_fp16_is_refused_with_a_value_it_does_not_combine_with_saying_why(backend, other, accepted_by, why, capsys):
+    both = ["--precision", "fp16", *other]
+    for elsewhere in accepted_by:
+        assert config.parse(elsewhere, both).precision == "fp16"
+    assert config.parse(backend, ["--precision", "bf16", *other]).precision == "bf16"
+    assert config.parse(backend, ["--precision", "fp16"]).precision == "fp16"
     with pytest.raises(SystemExit) as exited:
-        config.parse(config.TENSORFLOW_HOROVOD, both)
+        config.parse(backend, both)
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
-        "error: hyperparameters precision=fp16 and gradient-accumulation-steps=2 do not combine under "
-        f"{config.BACKENDS[config.TENSORFLOW_HOROVOD]}: its loss scaling would judge each rank's gradients between "
-        "allreduces alone; use precision=bf16 with accumulation, or fp16 without it")
+        f"error: hyperparameters precision=fp16 and {other[0][2:]}={other[1]} do not combine under "
+        f"{config.BACKENDS[backend]}: {why}")
 
 
 @pytest.mark.parametrize("backend", sorted(config.BACKENDS))

@@ -93,17 +93,56 @@ def checkpoint_schedule(text: str) -> stop.Schedule:
 
 @dataclass(frozen=True)
 class Option:
-    """One hyperparameter: its flag, the backends that apply it, ``argparse``'s settings, and
-    values some of those backends refuse: ``(value, backends, why)`` each."""
+    """One hyperparameter: its flag, the backends that apply it, and ``argparse``'s settings."""
 
     flag: str
     backends: frozenset[str]
     settings: dict = field(default_factory=dict)
-    refused: tuple[tuple[object, frozenset[str], str], ...] = ()
 
     @property
     def dest(self) -> str:
         return self.settings.get("dest") or self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Hyperparameter values that ``backends`` refuse together, and why: ``values`` holds
+    ``(dest, test)`` pairs, a test being the refused value or a predicate on the value."""
+
+    backends: frozenset[str]
+    values: tuple[tuple[str, object], ...]
+    why: str
+
+    def refuses(self, backend: str, values: dict) -> bool:
+        return backend in self.backends and all(
+            test(values[dest]) if callable(test) else values[dest] == test for dest, test in self.values)
+
+
+def _more_than_one(steps: int) -> bool:
+    return steps > 1
+
+
+REFUSALS = (
+    Refusal(frozenset({TENSORFLOW_PS}), (("precision", "fp16"),),
+            "fp16 needs loss scaling, which Keras' LossScaleOptimizer does not do under ParameterServerStrategy; "
+            "use precision=bf16, which needs none"),
+    # Horovod's backward_passes_per_step hands Keras' LossScaleOptimizer each rank's own sum
+    # between allreduces, whose finiteness differs by rank: the ranks' loss scales would drift
+    Refusal(frozenset({TENSORFLOW_HOROVOD}), (("precision", "fp16"), ("gradient_accumulation_steps", _more_than_one)),
+            "its loss scaling would judge each rank's gradients between allreduces alone; use precision=bf16 with "
+            "accumulation, or fp16 without it"),
+    # torch's GradScaler decides on each rank's own gradient shards whether to skip a step
+    Refusal(frozenset({PYTORCH_DDP}), (("precision", "fp16"), ("data_parallel", "fsdp")),
+            "loss scaling would judge each rank's gradient shard alone; use precision=bf16, which needs no loss "
+            "scaling"),
+)
+
+
+def _refusal_message(refusal: Refusal, backend: str, values: dict) -> str:
+    said = [f"{dest.replace('_', '-')}={values[dest]}" for dest, _ in refusal.values]
+    if len(said) == 1:
+        return f"hyperparameter {said[0]} does not apply to {BACKENDS[backend]}: {refusal.why}"
+    return f"hyperparameters {' and '.join(said)} do not combine under {BACKENDS[backend]}: {refusal.why}"
 
 
 def _options() -> tuple[Option, ...]:
@@ -169,10 +208,7 @@ def _options() -> tuple[Option, ...]:
             choices=PRECISIONS, default="fp32",
             help="fp32; bf16 or fp16: builtin:pytorch runs the forward pass and loss under torch.autocast, "
                  "builtin:tensorflow computes its layers in bf16 or fp16 (Keras' mixed_bfloat16 / mixed_float16 "
-                 "policy); fp16 with dynamic loss scaling (not under parameter_server)"),
-            refused=(("fp16", frozenset({TENSORFLOW_PS}),
-                      "fp16 needs loss scaling, which Keras' LossScaleOptimizer does not do under "
-                      "ParameterServerStrategy; use precision=bf16, which needs none"),)),
+                 "policy); fp16 with dynamic loss scaling (not under parameter_server)")),
         Option("--label-smoothing", ALL, dict(
             type=fraction, default=0.0,
             help="training loss against targets of 1 - e on the label and e / classes everywhere; 0: none")),
@@ -269,9 +305,10 @@ def parse(backend: str, argv: list[str] | None = None, description: str = "") ->
     Raises:
         SystemExit: status 2 (argparse's), its message on stderr: an unknown option, a bad value
             (naming the option and the value), an option ``backend`` does not apply (naming it,
-            ``backend`` and the backends that apply it), or a value ``backend`` refuses (``Option.refused``:
-            precision=fp16 under parameter_server), or values that do not combine (precision=fp16
-            with gradient-accumulation-steps > 1 under Horovod's TensorFlow trainer).
+            ``backend`` and the backends that apply it), or values ``backend`` refuses, alone or
+            together (``REFUSALS``: precision=fp16 under parameter_server, with
+            gradient-accumulation-steps > 1 under Horovod's TensorFlow trainer, with
+            data-parallel=fsdp).
     """
     options = _options()
     parser = _parser(description or BACKENDS[backend], options, given_only=False)
@@ -282,15 +319,7 @@ def parse(backend: str, argv: list[str] | None = None, description: str = "") ->
             parser.error(
                 f"hyperparameter {option.flag.lstrip('-')} does not apply to {BACKENDS[backend]}: remove it from the "
                 f"job's hyperparameters (it applies to {'; '.join(BACKENDS[b] for b in sorted(option.backends))})")
-        for value, backends, why in option.refused:
-            if values[option.dest] == value and backend in backends:
-                parser.error(f"hyperparameter {option.flag.lstrip('-')}={value} does not apply to "
-                             f"{BACKENDS[backend]}: {why}")
-    if backend == TENSORFLOW_HOROVOD and values["precision"] == "fp16" and values["gradient_accumulation_steps"] > 1:
-        # Horovod's backward_passes_per_step hands Keras' LossScaleOptimizer each rank's own sum
-        # between allreduces, whose finiteness differs by rank: the ranks' loss scales would drift
-        parser.error(f"hyperparameters precision=fp16 and gradient-accumulation-steps="
-                     f"{values['gradient_accumulation_steps']} do not combine under {BACKENDS[backend]}: its loss "
-                     "scaling would judge each rank's gradients between allreduces alone; use precision=bf16 with "
-                     "accumulation, or fp16 without it")
+    for refusal in REFUSALS:
+        if refusal.refuses(backend, values):
+            parser.error(_refusal_message(refusal, backend, values))
     return TrainerConfig(backend=backend, **values)

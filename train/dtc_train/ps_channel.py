@@ -57,6 +57,7 @@ def remote_part(root: str, device: str, corrupt_images: str) -> tuple[channel.Ch
     def relative(paths) -> list[str]:
         return [posixpath.relpath(path.decode(), root) for path in paths.numpy()]
 
+    @tf.function   # one function for every call of READ_FILES files (one trace more for the last, shorter one)
     def read_files(paths):
         return tf.map_fn(tf.io.read_file, paths, fn_output_signature=tf.string)
 
@@ -67,7 +68,7 @@ def remote_part(root: str, device: str, corrupt_images: str) -> tuple[channel.Ch
     for start in range(0, len(listing.files), READ_FILES):
         files = listing.files[start:start + READ_FILES]
         with tf.device(device):
-            data = tf.function(read_files)(tf.constant([posixpath.join(root, file) for file in files]))
+            data = read_files(tf.constant([posixpath.join(root, file) for file in files]))
         contents.update(zip(files, data.numpy().tolist(), strict=True))
     listing = channel.without_corrupt(listing, corrupt_images, lambda path: io.BytesIO(contents[path]))
     return listing, {path: contents[path] for path in listing.files}

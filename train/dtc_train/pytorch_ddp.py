@@ -127,10 +127,6 @@ def _init_process_group(device: torch.device) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = config.parse(config.PYTORCH_DDP, argv, __doc__.split("\n\n")[0])
     choice = torch_common.model_choice(args)
-    if args.data_parallel == "fsdp" and args.precision == "fp16":
-        # GradScaler decides on each rank's own gradient shards whether to skip a step
-        raise ValueError("precision=fp16 is not supported with data-parallel=fsdp (loss scaling would judge each "
-                         "rank's gradient shard alone): use precision=bf16, which needs no loss scaling")
     stop_request = stop.StopRequest()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch_common.device_for(args.data_device, local_rank)
