@@ -59,7 +59,7 @@ class NumbersBackend:
 
 class Observer:
     def __init__(self):
-        self.epochs, self.steps_done, self.begun = [], 0, []
+        self.epochs, self.steps_done, self.begun, self.closed = [], 0, [], False
 
     def begin_epoch(self, epoch, first_step=0):
         self.begun.append((epoch, first_step))
@@ -72,6 +72,9 @@ class Observer:
 
     def end_epoch(self, epoch, **metrics):
         self.epochs.append((epoch, metrics))
+
+    def close(self):
+        self.closed = True
 
 
 @pytest.fixture
@@ -184,6 +187,21 @@ def test_a_nonfinite_loss_fails_naming_the_step_or_trains_on(stop_request):
     trains_on = NumbersBackend(losses=lambda step: math.nan if step == 7 else 1.0)
     loop.fit(rules(nonfinite_loss="continue"), trains_on, Observer(), stop_request)
     assert trains_on.steps[-1] == 15
+
+
+def test_run_finishes_and_reports_a_job_reports_a_stopped_one_and_leaves_a_failed_one(stop_request):
+    finished, observer = [], Observer()
+    assert loop.run(rules(), NumbersBackend(), observer, stop_request, loop.Resume(), finished.append) == 0
+    assert finished == [0.75] and observer.closed
+    finished, observer = [], Observer()
+    code = loop.run(rules(), NumbersBackend(steps_per_epoch=20, stop_at=13), observer, stop_request, loop.Resume(),
+                    finished.append)
+    assert code == 128 + signal.SIGTERM and finished == [] and observer.closed    # no model saved, the report kept
+    observer = Observer()
+    with pytest.raises(FloatingPointError):
+        loop.run(rules(), NumbersBackend(losses=lambda step: math.nan), observer, stop_request, loop.Resume(),
+                 finished.append)
+    assert finished == [] and not observer.closed
 
 
 def test_emit_digest_prints_one_line_equal_for_equal_weights(capsys):

@@ -17,6 +17,7 @@ mid-epoch reports the same epoch metrics as an uninterrupted one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -219,6 +220,28 @@ def fit(rules: Rules, backend: Backend, observer, stop_request: stop.StopRequest
                 common.log.info(rule.describe(rules.epochs))
             break
     return val_accuracy
+
+
+def run(rules: Rules, backend: Backend, observer, stop_request: stop.StopRequest, resume: Resume,
+        finish: Callable[[float], None]) -> int:
+    """``fit``, then ``finish(val_accuracy)`` (the backend's digest line and model save), then the
+    observer's report (``observer.close()``), which a stop writes too.
+
+    Returns:
+        the trainer's exit code: 0, or ``128 + N`` when stopped by signal N (``stop.Stopped``,
+        after its checkpoint).
+
+    Raises:
+        FloatingPointError: as ``fit``; the report is not written then.
+    """
+    try:
+        val_accuracy = fit(rules, backend, observer, stop_request, resume)
+    except stop.Stopped as stopped:
+        observer.close()
+        return stopped.exit_code
+    finish(val_accuracy)
+    observer.close()
+    return 0
 
 
 def emit_digest(rank: int, world_size: int, arrays) -> None:

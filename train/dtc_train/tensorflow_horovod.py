@@ -157,19 +157,17 @@ def main(argv: list[str] | None = None) -> int:
     # mix in gradients taken at the other ranks' fresh weights)
     hvd_tf.broadcast_variables(model.variables + tf_checkpoint.optimizer_variables(model.optimizer), root_rank=0)
     resume = hvd_tf.broadcast_object(resume, root_rank=0, name="checkpoint_position")
-    try:
-        val_accuracy = loop.fit(loop.Rules.of(args), backend, observer, stop_request, resume)
-    except stop.Stopped as stopped:
-        observer.close()
-        return stopped.exit_code
 
-    loop.emit_digest(rank, size, model.get_weights())
-    if rank == 0:
-        tf_model.save(model, args.model_dir, choice, data.classes, val_accuracy=val_accuracy, epochs=args.epochs,
-                      world_size=size, strategy="horovod")
-    observer.close()
-    hvd.allreduce(tf.constant(0.0), name="finished")   # every rank leaves after rank 0 has saved
-    return 0
+    def finish(val_accuracy: float) -> None:
+        loop.emit_digest(rank, size, model.get_weights())
+        if rank == 0:
+            tf_model.save(model, args.model_dir, choice, data.classes, val_accuracy=val_accuracy,
+                          epochs=args.epochs, world_size=size, strategy="horovod")
+
+    code = loop.run(loop.Rules.of(args), backend, observer, stop_request, resume, finish)
+    if code == 0:
+        hvd.allreduce(tf.constant(0.0), name="finished")   # every rank leaves after rank 0 has saved
+    return code
 
 
 if __name__ == "__main__":

@@ -322,18 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     observer = observe.Observer(args, task_id, workers, backend.steps_per_epoch, global_batch * micro_batches, name)
     if is_chief:
         loop.log_accumulation(micro_batches, args.batch_size, replicas, backend.steps_per_epoch)
-    try:
-        val_accuracy = loop.fit(loop.Rules.of(args), backend, observer, stop_request, resume)
-    except stop.Stopped as stopped:
-        observer.close()
-        return stopped.exit_code
 
-    loop.emit_digest(task_id, workers, model.get_weights())
-    model_dir = args.model_dir if is_chief else tempfile.mkdtemp(prefix="dtc-mwms-worker-")
-    tf_model.save(model, model_dir, choice, data.classes, val_accuracy=val_accuracy, epochs=args.epochs,
-                  world_size=workers, strategy=f"{name}_strategy")
-    observer.close()
-    return 0
+    def finish(val_accuracy: float) -> None:
+        loop.emit_digest(task_id, workers, model.get_weights())
+        model_dir = args.model_dir if is_chief else tempfile.mkdtemp(prefix="dtc-mwms-worker-")
+        tf_model.save(model, model_dir, choice, data.classes, val_accuracy=val_accuracy, epochs=args.epochs,
+                      world_size=workers, strategy=f"{name}_strategy")
+
+    return loop.run(loop.Rules.of(args), backend, observer, stop_request, resume, finish)
 
 
 if __name__ == "__main__":

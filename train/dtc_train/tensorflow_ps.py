@@ -184,17 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     # steps are scheduled asynchronously on the workers: no progress lines within an epoch
     observer = observe.Observer(dataclasses.replace(args, progress_seconds=0), 0, workers, steps,
                                 args.batch_size * micro_batches, "parameter_server")
-    try:
-        val_accuracy = loop.fit(loop.Rules.of(args), backend, observer, stop_request, resume)
-    except stop.Stopped as stopped:
-        observer.close()
-        return stopped.exit_code
 
-    loop.emit_digest(0, workers, local.get_weights())
-    tf_model.save(local, args.model_dir, choice, training.classes, val_accuracy=val_accuracy, epochs=args.epochs,
-                  world_size=workers, strategy="parameter_server")
-    observer.close()
-    return 0
+    def finish(val_accuracy: float) -> None:
+        loop.emit_digest(0, workers, local.get_weights())
+        tf_model.save(local, args.model_dir, choice, training.classes, val_accuracy=val_accuracy,
+                      epochs=args.epochs, world_size=workers, strategy="parameter_server")
+
+    return loop.run(loop.Rules.of(args), backend, observer, stop_request, resume, finish)
 
 
 if __name__ == "__main__":

@@ -675,14 +675,8 @@ def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankD
                         device.type, precision.dtype, ", loss scaling (GradScaler)" if precision.scaler else "")
     if rank == 0:
         loop.log_accumulation(accumulation.micro_batches, args.batch_size, size, backend.steps_per_epoch)
-    try:
-        val_accuracy = loop.fit(loop.Rules.of(args), backend, observer, stop_request, position)
-    except stop.Stopped as stopped:
-        observer.close()
-        return stopped.exit_code
-    finish(args, module, rank, size, val_accuracy, choice, data.classes, states, precision.name)
-    observer.close()
-    return 0
+    return loop.run(loop.Rules.of(args), backend, observer, stop_request, position, lambda val_accuracy: finish(
+        args, module, rank, size, val_accuracy, choice, data.classes, states, precision.name))
 
 
 def finish(args, model: torch.nn.Module, rank: int, size: int, val_accuracy: float, choice: torch_model.ModelChoice,
