@@ -119,6 +119,27 @@ def test_a_script_calling_kerass_removed_multi_gpu_model_is_told_what_replaced_i
     assert second.startswith("AttributeError: ") and "multi_gpu_model" in second, result.failure
 
 
+def test_horovod_refuses_a_keras_3_optimizer_and_averages_a_tf_keras_one(make_job, source_dir):
+    """Issue #19, item 6: a Keras 3 optimizer wrapped by horovod.tensorflow.keras trains without
+    averaging (docker/patches/0004-refuse-keras-3-optimizer.patch); tf.keras (tf-keras) averages."""
+    copy_programs(source_dir, "horovod_keras_optimizer.py")
+    hps = {"sagemaker_program": "horovod_keras_optimizer.py", "sagemaker_submit_directory": str(source_dir),
+           "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2}
+    averaged = make_job({**hps, "keras": "tf.keras"})
+    result = run_train(averaged, timeout_s=300)
+    assert result.returncode == 0, result.output[-3000:]
+    for rank in (0, 1):
+        assert read_json(averaged / "model" / f"weights-{rank}.json") == pytest.approx([-1.0] * 4), rank
+    refused = make_job({**hps, "keras": "keras"})
+    result = run_train(refused, timeout_s=300)
+    assert result.returncode == 1, result.output[-3000:]
+    first = result.failure.splitlines()[0]
+    assert first.startswith("TypeError: horovod.tensorflow.keras.DistributedOptimizer got a Keras 3 optimizer "
+                            "(keras.src.optimizers.sgd.SGD, keras 3."), result.failure
+    assert "TF_USE_LEGACY_KERAS=1" in first, first
+    assert not list((refused / "model").glob("weights-*.json"))
+
+
 @pytest.mark.parametrize("name, text, words", [
     ("hyperparameters.json", '["lr", 1]', ["hyperparameters.json", "JSON object", "list"]),
     ("hyperparameters.json", '{"lr": 1,', ["hyperparameters.json", "not valid JSON"]),
