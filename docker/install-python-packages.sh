@@ -38,13 +38,8 @@ if [ "$FLAVOR" = gpu ]; then
                   "torchvision==$TORCHVISION_GPU_VERSION" "torchaudio==$TORCHAUDIO_GPU_VERSION")
 else
   framework_reqs=("torch==$TORCH_VERSION+cpu" "tensorflow==$TENSORFLOW_VERSION")
-  if [ -n "$torch_index" ]; then
-    framework_reqs+=("torchvision==$TORCHVISION_VERSION+cpu")
-  else
-    log "torchvision: not installed: PyTorch's +cpu build of torchvision comes from its CPU index, and this" \
-        "build takes torch from a wheel on disk (TORCH_INDEX_URL is empty; PyPI's torchvision is a CUDA build" \
-        "that fails to import beside torch+cpu). docs/versions.md, Companion libraries"
-  fi
+  # Without PyTorch's CPU index, torchvision is PyPI's build, patched: install_patched_torchvision.
+  if [ -n "$torch_index" ]; then framework_reqs+=("torchvision==$TORCHVISION_VERSION+cpu"); fi
 fi
 # What users' own scripts import on the images they would otherwise use (versions.env, Companion libraries).
 companion_reqs=("scipy==$SCIPY_VERSION" "pandas==$PANDAS_VERSION" "h5py==$H5PY_VERSION"
@@ -59,6 +54,35 @@ pip_install "${index_args[@]}" \
   "scikit-learn==$SCIKIT_LEARN_VERSION" "pillow==$PILLOW_VERSION" "tensorboard==$TENSORBOARD_VERSION" "matplotlib==$MATPLOTLIB_VERSION" "pytest==$PYTEST_VERSION" \
   "${companion_reqs[@]}" \
   || die "framework install failed; for PyTorch's $FLAVOR build set TORCH_INDEX_URL (see docs/versions.md)"
+
+# CPU flavor without PyTorch's CPU index (TORCH_INDEX_URL empty: torch from a wheel on disk), where
+# its +cpu torchvision cannot be had: PyPI's torchvision, a CUDA build whose compiled ops cannot load
+# beside torch+cpu, with docker/patches/torchvision/ applied so that its import does not need them
+# (models and transforms are Python; torchvision.ops.nms and the other compiled ops raise
+# torchvision's own "Couldn't load custom C++ ops"). Repacked as a wheel with build tag 1 and kept
+# under $TORCHVISION_WHEEL_CACHE/<version>-<patches' hash>/, where docker/lock-environment.py finds
+# it byte for byte, so the image's runtime stage installs the same patched files.
+TORCHVISION_WHEEL_CACHE="${TORCHVISION_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dtc/torchvision-wheels}"
+install_patched_torchvision() {
+  local key dir work tree p
+  key="$(cat "$DOCKER_DIR"/patches/torchvision/*.patch | sha256sum | cut -c1-16)"
+  dir="$TORCHVISION_WHEEL_CACHE/$TORCHVISION_VERSION-$key"
+  if ! compgen -G "$dir/torchvision-$TORCHVISION_VERSION-1-*.whl" > /dev/null; then
+    log "torchvision $TORCHVISION_VERSION: PyPI's build, patched (docker/patches/torchvision), into $dir"
+    work="$(mktemp -d)"
+    "$PYTHON" -m pip download --disable-pip-version-check --quiet --no-deps --only-binary=:all: \
+      -d "$work" "torchvision==$TORCHVISION_VERSION"
+    "$PYTHON" -m wheel unpack -d "$work/tree" "$work"/torchvision-*.whl > /dev/null
+    tree="$work/tree/torchvision-$TORCHVISION_VERSION"
+    for p in "$DOCKER_DIR"/patches/torchvision/*.patch; do patch -d "$tree" -p1 --forward --quiet < "$p"; done
+    mkdir -p "$dir"
+    "$PYTHON" -m wheel pack --build-number 1 -d "$dir" "$tree" > /dev/null
+    rm -rf "$work"
+  fi
+  pip_install --no-deps "$dir/torchvision-$TORCHVISION_VERSION"-1-*.whl
+  "$PYTHON" -c 'import torchvision.models' || die "torchvision does not import after its patches ($dir)"
+}
+if [ "$FLAVOR" = cpu ] && [ -z "$torch_index" ]; then install_patched_torchvision; fi
 
 if [ "$FLAVOR" = gpu ]; then
   "$PYTHON" - "$CUDA_MAJOR" <<'PY' || die "CUDA wheels of another major than CUDA_MAJOR=$CUDA_MAJOR are installed"

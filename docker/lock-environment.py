@@ -2,7 +2,6 @@
 
 Usage (the builder stage, with the environment's own interpreter):
     python lock-environment.py OUT_DIR [--extra-index-url URL] --search DIR [--search DIR ...]
-                               [--constrain REQUIREMENT ...]
 
 Writes OUT_DIR/requirements.lock: one line for every distribution installed in the running
 interpreter's environment, sorted, after pip options (``--only-binary=:all:``, and
@@ -10,8 +9,9 @@ interpreter's environment, sorted, after pip options (``--only-binary=:all:``, a
 wheel under a ``--search`` directory holds, byte for byte (its RECORD's hashes equal the installed
 files' hashes), is copied into OUT_DIR and locked as ``name @ file://OUT_DIR/<wheel>`` with its
 sha256 in a comment: the wheels compiled in the builder stage (Horovod, mpi4py, the DALI
-TensorFlow plugin, sagemaker-training's extension, pip's wheels of sdists) and a wheel handed in
-from the build context (the CPU torch). A direct reference, because the index may hold a wheel of
+TensorFlow plugin, sagemaker-training's extension, pip's wheels of sdists, the CPU flavor's
+patched torchvision where PyTorch's CPU index was not used) and a wheel handed in from the build
+context (the CPU torch). A direct reference, because the index may hold a wheel of
 the same version that pip would rank higher (PyPI's mpi4py, built for MPICH and Open MPI, not
 against the image's Open MPI). Every other distribution is locked as ``name==version``.
 ``pip install --no-deps -r requirements.lock`` then rebuilds the same environment in the runtime
@@ -21,10 +21,7 @@ stage copies the lock, so its layer cache follows).
 Also writes OUT_DIR/constraint.txt, the image's pip constraint file (/etc/pip/constraint.txt,
 PIP_CONSTRAINT; NGC's PyTorch images have one at that path since 25.03): ``name==version`` for
 every installed distribution that is compiled against another one or that Horovod, DALI and
-mpi4py were built against (``PROTECTED``), so that no pip run in the container replaces them; and
-each ``--constrain`` requirement whose distribution is not installed (the CPU flavor's
-``torchvision==X+cpu`` where the build could not reach PyTorch's CPU index: PyPI's torchvision
-would install beside torch+cpu and fail to import).
+mpi4py were built against (``PROTECTED``), so that no pip run in the container replaces them.
 
 Raises SystemExit (exit 1) naming the distribution when two different wheels match one installed
 distribution, or when an installed distribution has no RECORD.
@@ -45,7 +42,6 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 # Distributions no pip run in the image may replace (fnmatch patterns of canonical names): the
@@ -91,8 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--search", type=Path, action="append", default=[])
     parser.add_argument("--extra-index-url", default="")
-    parser.add_argument("--constrain", action="append", default=[], type=Requirement,
-                        help="a requirement for constraint.txt when its distribution is not installed")
     args = parser.parse_args(argv)
 
     candidates: dict[tuple[str, str], list[Path]] = {}
@@ -132,8 +126,6 @@ def main(argv: list[str] | None = None) -> int:
             "# the runtime stage installs it with pip install --no-deps -r (docker/install-locked-environment.sh).",
             "# Wheels built or handed in locally, in the same directory:", *local, *options, *pins]
     (args.out_dir / "requirements.lock").write_text("\n".join(lock) + "\n")
-    installed = {line.split("==")[0] for line in constraints}
-    constraints += [str(req) for req in args.constrain if canonicalize_name(req.name) not in installed]
     header = ["# The image's pip constraint file (PIP_CONSTRAINT): builds compiled against each other, which no",
               "# pip run may replace. docker/lock-environment.py wrote it; docs/versions.md, Protected pins, says",
               "# how to use another version (a derived image) or lift it (PIP_CONSTRAINT='', at your own risk)."]

@@ -60,9 +60,10 @@ if [ -x "$host_python" ]; then
   [ -z "$(ls "$cached"/horovod-*.whl 2>/dev/null)" ] || horovod_entry="$cached"
 fi
 
-# What the build gets from this machine, in build/wheels (the only part of build/ in the context).
+# What the build gets from this machine, in build/wheels (the only part of build/ in the context, and
+# the only part of the context the builder step mounts; .gitkeep, tracked, keeps it in a clone).
 stage_wheels() {
-  rm -rf build/wheels && mkdir -p build/wheels
+  rm -rf build/wheels && mkdir -p build/wheels && : > build/wheels/.gitkeep
   if [ -n "$local_torch" ]; then
     ln -f "$local_torch" build/wheels/ 2>/dev/null || cp -f "$local_torch" build/wheels/
     log "PyTorch from the local wheel $(basename "$local_torch")"

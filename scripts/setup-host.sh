@@ -78,19 +78,6 @@ sdks=$!
 export PYTHON="$VENV/bin/python" PATH="$VENV/bin:$PATH"
 
 "$REPO_DIR/docker/install-python-packages.sh"
-# torchvision for the PyTorch trainers' architectures (model=resnet50, ...) where the step above left
-# it out (torch from a wheel on disk, no PyTorch CPU index): PyPI's torchvision, a CUDA build whose
-# compiled ops cannot load beside torch+cpu, patched so that its import does not need them
-# (scripts/patches/torchvision/; its models and transforms are Python).
-if [ "$FLAVOR" = cpu ] && ! "$PYTHON" -c 'import torchvision' 2>/dev/null; then
-  log "torchvision $TORCHVISION_VERSION (PyPI's build, patched: scripts/patches/torchvision)"
-  pip_install --no-deps "torchvision==$TORCHVISION_VERSION"
-  site="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  for p in "$REPO_DIR"/scripts/patches/torchvision/*.patch; do
-    patch -d "$site" -p1 -R --dry-run --quiet -f < "$p" > /dev/null 2>&1 || patch -d "$site" -p1 --forward --quiet < "$p"
-  done
-  "$PYTHON" -c 'import torchvision.models' || die "torchvision does not import after its patches"
-fi
 "$REPO_DIR/docker/install-mpi4py.sh"
 "$REPO_DIR/docker/build-horovod.sh"
 "$REPO_DIR/docker/install-dali.sh"

@@ -25,8 +25,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import report, supervise
 from . import strategy as strategies
+from . import supervise
 from .config import JobConfig
 from .errors import ConfigError, DependencyError, ProgramNotFoundError, StoppedBeforeLaunch
 
@@ -264,11 +264,9 @@ def pinned_conflict(pip_stderr: "list[str] | tuple[str, ...]", what: str, constr
         source = f" ({constraint_file})" if constraint_file else ""
         if _admits(match["spec"][len(match["name"]):], pins[name].partition("==")[2]):
             # the requirement accepts the pinned build, which pip could not find: this image's build lacks it
-            where = (f"PyTorch's CPU builds come from its own index: add '--extra-index-url "
-                     f"{report.PYTORCH_CPU_INDEX}' to requirements.txt, or use the GPU flavor"
-                     if "+cpu" in pins[name] else "use the GPU flavor, or a derived image that has it")
             return (f"{what} {asks}; this image pins {pins[name]}{source} but does not have it, and pip found no "
-                    f"such build: {where} (docs/versions.md, Companion libraries)")
+                    f"such build: use the GPU flavor, or a derived image that has it (docs/versions.md, "
+                    f"Companion libraries)")
         return (f"{what} {asks}, but this image pins {pins[name]}{source}: use the image's version, "
                 f"build a derived image with the one you need, or set PIP_CONSTRAINT='' in the job's "
                 f"environment to lift the image's pins at your own risk (docs/versions.md, Protected pins)")

@@ -260,34 +260,18 @@ def usage_error(lines: Sequence[str], program: str = "") -> tuple[str, str] | No
     return found.group(0), hint
 
 
-# Where PyTorch's +cpu builds (torch, torchvision) come from: the CPU flavor pins them (docs/versions.md).
-PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 _MISSING_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^'.]+)[^']*'")
 
 
-def missing_module_hint(exception: str, constraint_file: str | None = None) -> str | None:
+def missing_module_hint(exception: str) -> str | None:
     """The hint under ``ModuleNotFoundError: No module named 'x.y'``: the image does not ship the
     top-level module ``x``; add the distribution that provides it to requirements.txt beside the
     script (installed before the program starts, sagemaker-training's convention), or use a derived
-    image. When the image's pip constraint file (``constraint_file``, default ``PIP_CONSTRAINT``)
-    pins ``x`` to a ``+cpu`` build the image lacks (the CPU flavor's torchvision where its build
-    could not reach PyTorch's index), says where that build comes from instead. ``None`` for any
-    other exception line."""
+    image. ``None`` for any other exception line."""
     match = _MISSING_MODULE.match(exception)
     if not match:
         return None
-    module = match.group(1)
-    path = os.environ.get("PIP_CONSTRAINT", "") if constraint_file is None else constraint_file
-    pins = {}
-    if path and os.path.isfile(path):
-        with open(path) as handle:
-            pins = dict(line.strip().split("==", 1) for line in handle if "==" in line and not line.startswith("#"))
-    pinned = pins.get(module.replace("_", "-").lower(), "")
-    if pinned.endswith("+cpu"):
-        return (f"this image has no {module}, and pins its PyTorch CPU build {module}=={pinned} ({path}): add "
-                f"'--extra-index-url {PYTORCH_CPU_INDEX}' and '{module}=={pinned}' to "
-                "requirements.txt, or use the GPU flavor (docs/versions.md, Companion libraries)")
-    return (f"this image has no module {module!r}: add the package that provides it to requirements.txt "
+    return (f"this image has no module {match.group(1)!r}: add the package that provides it to requirements.txt "
             "in the source directory (installed before the script starts), or build a derived image with it "
             "(docs/versions.md lists what the image ships)")
 

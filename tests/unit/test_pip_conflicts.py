@@ -52,13 +52,12 @@ def test_other_pip_failures_are_left_to_pips_own_line():
     assert pinned_conflict(unrelated, "requirements.txt", "") is None
 
 
-def test_a_pinned_build_the_image_lacks_is_named_as_missing_with_where_to_get_it():
-    """The CPU flavor built without PyTorch's index has no torchvision but pins its +cpu build; a
-    bare `torchvision` then fails at pip (PyPI's CUDA build would not import beside torch+cpu)."""
-    report = [line.replace("torch==2.5.0", "torchvision").replace("torch==2.13.0+cpu", "torchvision==0.28.0+cpu")
+def test_a_pinned_build_the_image_lacks_is_named_as_missing():
+    """A derived image that uninstalled a pinned distribution keeps its pin; a bare requirement of it
+    then finds no build that the pin admits."""
+    report = [line.replace("torch==2.5.0", "deepspeed").replace("torch==2.13.0+cpu", "deepspeed==0.19.8")
               for line in DIRECT]
     assert pinned_conflict(report, "requirements.txt", "/etc/pip/constraint.txt") == (
-        "requirements.txt asks for torchvision; this image pins torchvision==0.28.0+cpu (/etc/pip/constraint.txt) "
-        "but does not have it, and pip found no such build: PyTorch's CPU builds come from its own index: add "
-        "'--extra-index-url https://download.pytorch.org/whl/cpu' to requirements.txt, or use the GPU flavor "
+        "requirements.txt asks for deepspeed; this image pins deepspeed==0.19.8 (/etc/pip/constraint.txt) "
+        "but does not have it, and pip found no such build: use the GPU flavor, or a derived image that has it "
         "(docs/versions.md, Companion libraries)")

@@ -128,17 +128,6 @@ def test_a_missing_module_names_it_and_says_where_to_add_it():
     assert report.missing_module_hint("ImportError: cannot import name 'x' from 'y'") is None
 
 
-def test_a_missing_module_the_image_pins_as_a_cpu_build_says_where_that_build_comes_from(tmp_path):
-    constraint = tmp_path / "constraint.txt"
-    constraint.write_text("# pins\ntorch==2.13.0+cpu\ntorchvision==0.28.0+cpu\n")
-    assert report.missing_module_hint("ModuleNotFoundError: No module named 'torchvision'", str(constraint)) == (
-        f"this image has no torchvision, and pins its PyTorch CPU build torchvision==0.28.0+cpu ({constraint}): add "
-        "'--extra-index-url https://download.pytorch.org/whl/cpu' and 'torchvision==0.28.0+cpu' to requirements.txt, "
-        "or use the GPU flavor (docs/versions.md, Companion libraries)")
-    assert report.missing_module_hint("ModuleNotFoundError: No module named 'timm'", str(constraint)).startswith(
-        "this image has no module 'timm'")
-
-
 def test_a_rank_that_exits_non_zero_without_an_exception_is_named_with_its_host():
     stderr = ["[1,0]<stderr>:epoch 1", "[1,1]<stderr>:[dtc] rank 1 on host algo-2 exited with code 3",
               "--------------------------------------------------------------------------",

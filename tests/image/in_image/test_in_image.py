@@ -59,30 +59,44 @@ def test_companion_libraries_equal_the_pins(distribution, key):
     assert metadata.version(distribution) == pins()[key]
 
 
-def test_the_cpu_flavors_torchvision_is_pytorchs_cpu_build_or_absent():
-    """PyPI's torchvision is a CUDA build that fails to import beside torch+cpu; the CPU flavor has
-    the +cpu build where its build reached PyTorch's CPU index, else none (docs/versions.md)."""
-    try:
-        version = metadata.version("torchvision")
-    except metadata.PackageNotFoundError:
-        version = None
+def patched_torchvision() -> bool:
+    """Whether torchvision is PyPI's CUDA build, patched and repacked with build tag 1 (the CPU flavor
+    built without PyTorch's CPU index: docker/install-python-packages.sh)."""
+    return "Build: 1" in metadata.distribution("torchvision").read_text("WHEEL").splitlines()
+
+
+def test_the_cpu_flavors_torchvision_is_pytorchs_cpu_build_or_pypis_patched_build():
+    """PyPI's torchvision is a CUDA build that fails to import beside torch+cpu unpatched; the CPU flavor
+    has the +cpu build where its build reached PyTorch's CPU index, else PyPI's, patched
+    (docker/patches/torchvision; docs/versions.md, Companion libraries)."""
+    version = metadata.version("torchvision")
     if GPU:
         assert version == pins()["TORCHVISION_GPU_VERSION"]
+    elif version == pins()["TORCHVISION_VERSION"]:
+        assert patched_torchvision()
     else:
-        assert version in (None, pins()["TORCHVISION_VERSION"] + "+cpu")
+        assert version == pins()["TORCHVISION_VERSION"] + "+cpu"
 
 
 def test_torchvision_and_torchaudio_run_on_the_images_torch():
-    """A torchvision model and its compiled op (nms), and a torchaudio transform, on the CPU."""
-    pytest.importorskip("torchvision")
-    code = ("import torch, torchvision; m = torchvision.models.resnet18(num_classes=3).eval(); "
-            "assert m(torch.zeros(1, 3, 64, 64)).shape == (1, 3); "
-            "boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]]); "
-            "assert torchvision.ops.nms(boxes, torch.tensor([0.9, 0.8, 0.7]), 0.5).tolist() == [0, 2]")
+    """A torchvision model and its compiled op (nms; the patched CPU build has none and says so in
+    torchvision's own words), and a torchaudio transform, on the CPU."""
+    lines = ["import torch, torchvision",
+             "m = torchvision.models.resnet18(num_classes=3).eval()",
+             "assert m(torch.zeros(1, 3, 64, 64)).shape == (1, 3)",
+             "boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]])",
+             "nms = lambda: torchvision.ops.nms(boxes, torch.tensor([0.9, 0.8, 0.7]), 0.5).tolist()"]
+    if not GPU and patched_torchvision():
+        lines += ["try:", "    nms()",
+                  "except RuntimeError as e:", "    assert str(e).startswith(\"Couldn't load custom C++ ops\"), e",
+                  "else:", "    raise AssertionError('nms ran without compiled ops')"]
+    else:
+        lines += ["assert nms() == [0, 2]"]
     if GPU:
-        code += ("; import torchaudio; "
-                 "x = torchaudio.transforms.MelSpectrogram(16000, n_mels=40)(torch.ones(1, 16000)); "
-                 "assert x.shape[:2] == (1, 40)")
+        lines += ["import torchaudio",
+                  "x = torchaudio.transforms.MelSpectrogram(16000, n_mels=40)(torch.ones(1, 16000))",
+                  "assert x.shape[:2] == (1, 40)"]
+    code = "\n".join(lines)
     run("python", "-c", code)
 
 
@@ -141,11 +155,11 @@ def test_a_pip_constraint_file_protects_the_compiled_builds():
             pinned[name] = version
     installed = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version for d in metadata.distributions()}
     for name in ("torch", "tensorflow", "tf-keras", "horovod", "mpi4py", "deepspeed", "numpy", "nvidia-dali-cuda120",
-                 "nvidia-dali-tf-plugin-cuda120") + (("torchvision", "torchaudio", "triton", "nvidia-nccl-cu12") if GPU
-                                                     else ()):
+                 "nvidia-dali-tf-plugin-cuda120", "torchvision") + (("torchaudio", "triton", "nvidia-nccl-cu12") if GPU
+                                                                    else ()):
         assert pinned.get(name) == installed[name], name
     for name, version in pinned.items():
-        assert installed.get(name) == version or (name == "torchvision" and not GPU), (name, version)
+        assert installed.get(name) == version, (name, version)
     env = {**os.environ, "PIP_NO_INDEX": "1"}
     refused = subprocess.run(["python", "-m", "pip", "install", "numpy==1.26.4"], capture_output=True, text=True,
                              env=env, timeout=120)
