@@ -155,28 +155,31 @@ class TrainResult:
         return (self.base_dir / "output" / "success").exists()
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports no process listens on now (the kernel's picks for port 0; all are
+    held open until every one is picked, so none repeats)."""
+    with contextlib.ExitStack() as held:
+        probes = [held.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+
+
 def free_port() -> int:
-    """A TCP port no process listens on now (the kernel's pick for port 0)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """One port of ``free_ports``."""
+    return free_ports(1)[0]
 
 
 def own_ports() -> dict[str, str]:
     """Every ``DTC_*_PORT`` variable (``dtc_entrypoint.strategy.PORT_VARIABLES``) set to its own
-    free port, for a `train` job on this machine: its launchers bind those ports here, where
-    pytest-xdist runs several jobs at once (a second job on a default port, 7777 for torchrun or
-    8890 for MultiWorkerMirroredStrategy, fails with EADDRINUSE or "Could not start gRPC server";
-    on SageMaker each host is a container of its own). The ports are distinct: all are held open
-    until every one is picked."""
+    free port (``free_ports``), for a `train` job on this machine: its launchers bind those ports
+    here, where pytest-xdist runs several jobs at once (a second job on a default port, 7777 for
+    torchrun or 8890 for MultiWorkerMirroredStrategy, fails with EADDRINUSE or "Could not start
+    gRPC server"; on SageMaker each host is a container of its own)."""
     from dtc_entrypoint.strategy import PORT_VARIABLES
 
-    with contextlib.ExitStack() as held:
-        probes = [held.enter_context(socket.socket()) for _ in PORT_VARIABLES]
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return {variable: str(probe.getsockname()[1])
-                for (variable, _), probe in zip(PORT_VARIABLES.values(), probes, strict=True)}
+    variables = [variable for variable, _ in PORT_VARIABLES.values()]
+    return {variable: str(port) for variable, port in zip(variables, free_ports(len(variables)), strict=True)}
 
 
 def train_env(base_dir: Path, env: dict | None = None) -> dict[str, str]:
