@@ -28,7 +28,7 @@ JOB_DIR ?= $(CURDIR)/build/job/opt/ml
 CONTAINER_ARGS ?=
 # make cluster: a local SageMaker cluster of INSTANCE_COUNT containers (algo-1..N) running
 # DISTRIBUTION (none | mpi | torch_distributed | multi_worker_mirrored_strategy |
-# parameter_server) with builtin:$(FRAMEWORK), or JOB_FILE (JSON; see dtc_local/cluster.py);
+# parameter_server) with builtin:$(FRAMEWORK) on TRAIN_DATA, or JOB_FILE (JSON; see dtc_local/cluster.py);
 # HYPERPARAMETERS="k=v k2=v2" adds hyperparameters (make train too); CLUSTER_ARGS passes any other flag.
 INSTANCE_COUNT ?= 2
 DISTRIBUTION ?= mpi
@@ -74,7 +74,7 @@ cluster: $(SETUP_STAMP) image
 	. scripts/podman-env.sh && $(PYTHON) -m dtc_local.cluster --job-dir $(CLUSTER_DIR) \
 	  $(if $(JOB_FILE),--job-file $(JOB_FILE),--image $(IMAGE) --instance-count $(INSTANCE_COUNT) \
 	    --processes-per-host $(PROCESSES_PER_HOST) --distribution $(DISTRIBUTION) --program builtin:$(CLUSTER_FRAMEWORK) \
-	    -p epochs=$(EPOCHS)) \
+	    --data $(TRAIN_DATA) -p epochs=$(EPOCHS)) \
 	  $(foreach hp,$(HYPERPARAMETERS),-p $(hp)) $(CLUSTER_ARGS)
 
 # Every test, tier by tier, each phase timed (scripts/test.sh; what CI's .ci/run calls): setup,

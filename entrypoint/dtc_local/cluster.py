@@ -474,7 +474,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                                                  "between runs (what checkpoint_s3_uri does): a rerun resumes from it")
     parser.add_argument("-p", "--hyperparameter", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--channel", action="append", default=[], metavar="NAME=DIR",
-                        help="a channel (default: the digits data set as training and validation)")
+                        help="a channel (default: the --data set as training and validation)")
+    parser.add_argument("--data", choices=("digits", "photos"), default="digits",
+                        help="the data set exported to <job-dir>/data-<name> when no channel is given: digits "
+                             "(8x8 grayscale, dtc_train.digits) or photos (RGB crops of sample photographs, "
+                             "dtc_train.photos)")
     parser.add_argument("--sharded-channel", action="append", default=[], metavar="NAME[:W1,W2,...]",
                         help="deliver this channel ShardedByS3Key: each host gets its part of the files, dealt in "
                              "turn, or W1 files to the first host for every W2 to the second... (training:3,1)")
@@ -484,12 +488,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     job = _job_from(args)
     if not job.channels:
-        from dtc_train import digits  # noqa: PLC0415
+        from dtc_train import digits, photos  # noqa: PLC0415
 
-        data = os.path.join(os.path.abspath(args.job_dir), "data")
+        dataset = {"digits": digits, "photos": photos}[args.data]
+        data = os.path.join(os.path.abspath(args.job_dir), f"data-{args.data}")
         if not os.path.isdir(os.path.join(data, "validation")):
-            digits.export(data)
-        job = ClusterJob(**{**job.__dict__, "channels": {c: os.path.join(data, c) for c in digits.CHANNELS}})
+            dataset.export(data)
+        job = ClusterJob(**{**job.__dict__, "channels": {c: os.path.join(data, c) for c in dataset.CHANNELS}})
     summary = run(job, args.job_dir, args.timeout_s, args.engine)
     sys.exit(summary["exit_code"])
 

@@ -12,38 +12,21 @@ import subprocess
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from dtc_local import job_tree
 from dtc_train import dali_data, digits, torch_model
 from dtc_train.channel import list_images
-from dtc_train.lr_schedule import LearningRate
 from helpers import (
     METRIC,
     REPO,
     RESUMING,
-    assert_identical_weights,
     checkpoint_position,
     final_digests,
     run_train,
 )
+from photos_checks import CLASSES, PHOTOS_JOB, check_photos_job, eval_input
 
 pytestmark = pytest.mark.e2e
-
-CLASSES = ["china", "flower", "grace_hopper"]
-# small enough for 2 CPU cores; what the test varies is the architecture and the data-parallel backend
-# ResNet-18 and ShuffleNet V2 reach it: mobilenet_v3_small, efficientnet_b0 and regnet_x_400mf (built in
-# tests/unit/test_torch_model.py) stayed below 0.8 validation accuracy in 90-120 steps from scratch
-# here with constant rates, squeezenet1_1 at chance with this schedule (2026-11-25). The data-parallel
-# jobs train ShuffleNet V2 (2.3 M parameters): ResNet-18's 11.7 M made every step's gradient exchange
-# over Gloo five times larger (DDP 262 s, FSDP2 441 s of CI's integration tier on 2026-11-25);
-# ResNet-18 stays in the weights-channel test below.
-PHOTOS_JOB = {"image-size": 32, "batch-size": 16, "learning-rate": 0.02, "epochs": 8, "warmup-epochs": 1,
-              "lr-schedule": "cosine"}
-STEPS = 8 * 15   # 480 training images in global batches of 32
-# the README's make train command (Rehearse locally)
-README_HYPERPARAMETERS = re.search(r'make train RUN_IN=host TRAIN_DATA=photos EPOCHS=8 HYPERPARAMETERS="([^"]+)"',
-                                   (REPO / "README.md").read_text()).group(1)
 
 
 def _photos_job(tmp_path, photos_channels, hyperparameters: dict, channels=("training", "validation")):
@@ -54,33 +37,9 @@ def _photos_job(tmp_path, photos_channels, hyperparameters: dict, channels=("tra
     return root
 
 
-def _eval_input(path, spec: dali_data.ImageSpec) -> np.ndarray:
-    """One image as the trainer evaluates it, computed with Pillow: the shorter side resized to
-    ``eval_resize``, the centre crop, normalised; float32 [C, S, S]."""
-    with Image.open(path) as image:
-        image = image.convert("RGB")
-        scale = spec.eval_resize / min(image.size)
-        image = image.resize((round(image.size[0] * scale), round(image.size[1] * scale)), Image.Resampling.BILINEAR)
-        left, top = (int((side - spec.size) / 2 + 0.5) for side in image.size)   # DALI's centre rounds half up
-        pixels = np.asarray(image.crop((left, top, left + spec.size, top + spec.size)), dtype=np.float32)
-    return ((pixels - np.array(spec.mean, np.float32)) / np.array(spec.std, np.float32)).transpose(2, 0, 1)
-
-
-def _score_saved_model(model_dir, channel) -> float:
-    """Accuracy of the saved model, rebuilt by ``torch_model.load`` from model.pth and model.json,
-    on ``channel`` read with Pillow (not DALI, not the trainer)."""
-    described = json.loads((model_dir / "model.json").read_text())
-    model = torch_model.load(str(model_dir / "model.pth"))
-    spec = torch_model.ModelChoice.from_args(described["model"], described["input_shape"][-1], "off", None).images
-    listing = list_images(str(channel))
-    images = torch.from_numpy(np.stack([_eval_input(channel / f, spec) for f in listing.files]))
-    with torch.no_grad():
-        predicted = model(images).argmax(1).numpy()
-    return float((predicted == np.array(listing.labels)).mean())
-
-
 @pytest.mark.parametrize("backend, model, hyperparameters", [
-    # Horovod with ShuffleNet V2: the README's make train command, test_make_train_on_the_photos_...
+    # Horovod with ShuffleNet V2: the README's make train and make cluster commands, in the image
+    # (tests/cluster/test_photos.py)
     ("ddp", "shufflenet_v2_x1_0", {"sagemaker_torch_distributed_enabled": True}),
     ("fsdp", "shufflenet_v2_x1_0", {"sagemaker_torch_distributed_enabled": True, "data-parallel": "fsdp"}),
 ])
@@ -91,27 +50,7 @@ def test_a_torchvision_architecture_trains_on_rgb_photographs(photos_channels, t
         **PHOTOS_JOB, **hyperparameters})
     result = run_train(root)
     assert result.returncode == 0, result.output[-4000:]
-    _check_photos_job(root, result.stdout + result.stderr, model, optimizer_in_checkpoint=backend != "fsdp")
-
-
-def _check_photos_job(root, output: str, model: str, optimizer_in_checkpoint: bool = True) -> None:
-    """A PHOTOS_JOB on 2 ranks: 8 epochs of all 120 validation images to >= 0.9, the schedule's
-    rates, identical weights, and the saved model rebuilt from model.json scoring >= 0.85 on
-    the validation photos read with Pillow."""
-    epochs = [(int(e), float(acc), int(n)) for e, _, acc, n in METRIC.findall(output)]
-    assert [e for e, _, _ in epochs] == list(range(1, 9)) and {n for _, _, n in epochs} == {120}, epochs
-    assert epochs[-1][1] >= 0.9, epochs
-    rates = LearningRate(0.02, 2, warmup_steps=15, total_steps=STEPS, decay="cosine")
-    assert ("learning rate 0.02 per rank x 2 ranks = 0.04, warmup over 15 steps from 0.02, then cosine decay to 0 at "
-            "step 120") in output
-    if optimizer_in_checkpoint:   # (FSDP's optimizer state is in its shard files)
-        last = torch.load(root / "checkpoints" / "checkpoint.pt", weights_only=True)["optimizer"]["param_groups"][0]
-        assert last["lr"] == pytest.approx(rates.rate(STEPS - 1))   # the rate of the job's last step
-    # batch normalization's running statistics are averaged (Horovod, FSDP2) or broadcast (DDP)
-    assert_identical_weights(output, 2)
-    described = json.loads((root / "model" / "model.json").read_text())
-    assert (described["model"], described["classes"], described["input_shape"]) == (model, CLASSES, [3, 32, 32])
-    assert _score_saved_model(root / "model", root / "input" / "data" / "validation") >= 0.85
+    check_photos_job(root, result.stdout + result.stderr, model, optimizer_in_checkpoint=backend != "fsdp")
 
 
 def test_a_keras_architecture_trains_on_rgb_photographs(photos_channels, tmp_path):
@@ -304,7 +243,7 @@ def test_the_pipeline_gives_the_model_its_input(photos_channels):
     images, labels = (np.array(out.as_tensor()) for out in evaluation.run())
     assert images.shape == (8, 3, 32, 32) and images.dtype == np.float32
     assert labels.ravel().tolist() == list(listing.labels[:8])
-    reference = np.stack([_eval_input(photos_channels / "validation" / f, spec) for f in listing.files[:8]])
+    reference = np.stack([eval_input(photos_channels / "validation" / f, spec) for f in listing.files[:8]])
     assert np.abs(images - reference).mean() < 0.01, np.abs(images - reference).mean()   # 0.01 std: 0.6 pixel levels
     order = dali_data.ReadOrder(len(listing), 8, 0, 1, 1, seed=1)
     training = dali_data.image_pipeline(listing, 8, order=order, device_id=None, layout="CHW", spec=spec, seed=1)
@@ -331,15 +270,3 @@ def test_per_rank_batch_normalization_statistics_resume_mid_epoch_exactly(photos
     assert [int(v) for v in RESUMING.search(resumed.output).groups()] == [0, 5]
     assert final_digests(resumed.stdout, 2) == final_digests(uninterrupted.stdout, 2)
     assert len(set(final_digests(resumed.stdout, 2).values())) == 1
-
-
-def test_make_train_on_the_photos_with_a_torchvision_architecture(tmp_path):
-    """The README's command, on the host (the CPU image built here has no torchvision)."""
-    job = tmp_path / "opt" / "ml"
-    done = subprocess.run(
-        ["make", "-s", "-C", str(REPO), "train", "RUN_IN=host", "TRAIN_DATA=photos", "EPOCHS=8", f"JOB_DIR={job}",
-         f"HYPERPARAMETERS={README_HYPERPARAMETERS}"],
-        capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    assert "model=shufflenet_v2_x1_0" in README_HYPERPARAMETERS
-    _check_photos_job(job, done.stdout + done.stderr, "shufflenet_v2_x1_0")
