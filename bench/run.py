@@ -1,5 +1,5 @@
 """``make bench``: runs the CPU benchmark suite in the image (``--host``: in this host's virtual
-environment instead, whose torchvision A3's and A8's torchvision cases need), the two-host A6
+environment instead), the two-host A6
 comparison in a local cluster, fits A7's model, and writes ``build/bench/<UTC time>/``: ``results.json`` (machine,
 load, pinning, versions, every repeat, medians and IQRs, ratios against the baselines measured
 in the same run, targets), ``records.jsonl`` (raw), PNG plots, and prints the ratio table.
@@ -248,8 +248,8 @@ def main(argv=None) -> None:
     parser.add_argument("--only", help="comma-separated benchmarks (default: all for the mode)")
     parser.add_argument("--repeats", type=int, default=5, help="repeats of each in-image benchmark (--quick: 1)")
     parser.add_argument("--host", action="store_true",
-                        help="run the suite (A1-A5, A8) in this host's virtual environment instead of the image: its "
-                             "torchvision runs A3's and A8's torchvision cases, which the CPU image cannot yet")
+                        help="run the suite (A1-A5, A8) in this host's virtual environment instead of the image (to "
+                             "measure a change without rebuilding the image)")
     parser.add_argument("--out-root", default=str(REPO / "build" / "bench"))
     args = parser.parse_args(argv)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -34,8 +34,8 @@ CASES = {
     "horovod-pytorch-polling": ("builtin:pytorch", {"sagemaker_mpi_enabled": True}, "digits"),
     "horovod-pytorch-shufflenet": ("builtin:pytorch", {"sagemaker_mpi_enabled": True, **SHUFFLENET}, "photos"),
 }
-NEEDS_TORCHVISION = ("torchvision is not installed in this environment (the CPU image has none yet: README; "
-                     "bench/run.py --host measures the host's virtual environment, which has it)")
+NEEDS_TORCHVISION = ("torchvision is not installed in this environment (an image built before 2026-11-27 has none: "
+                     "rebuild it with make image, or measure the host's virtual environment with bench/run.py --host)")
 MPI_OPTIONS = "-bind-to core -map-by core"
 EXTRA_MPI_OPTIONS = {"horovod-pytorch-polling": " -mca mpi_yield_when_idle 0"}
 

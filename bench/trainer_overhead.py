@@ -3,10 +3,11 @@
 Per case, the same model, data, batch size and optimizer on one process pinned to one core, one
 intra-op thread, one DALI thread:
 
-- ``trainer``: ``train`` with ``builtin:pytorch`` and no distribution (the Horovod trainer on one
-  rank: its DistributedOptimizer, the per-step stop agreement, loss read-back and non-finite
-  check, the learning-rate schedule, progress lines, system metrics, TensorBoard, a checkpoint and
-  validation after every epoch); its own ``samples_per_second`` (training steps only).
+- ``trainer``: ``train`` with ``builtin:pytorch`` and no distribution (``dtc_train.pytorch_single``
+  since 2026-11-27, the Horovod trainer on one rank before: the loop's stop agreement, loss
+  read-back and non-finite check, the learning-rate schedule, progress lines, system metrics,
+  TensorBoard, a checkpoint and validation after every epoch); its own ``samples_per_second``
+  (training steps only).
 - ``bare-loop``: ``programs/bare_loop.py``: zero_grad, forward, loss, backward, step on the same
   DALI pipeline, timed per epoch.
 

@@ -35,7 +35,7 @@ BUILTIN_PREFIX = "builtin:"
 # groups run the ``single`` entry.
 BUILTIN_TRAINERS = {
     "pytorch": {
-        strategies.SINGLE: "dtc_train.pytorch_horovod",
+        strategies.SINGLE: "dtc_train.pytorch_single",
         strategies.MPI: "dtc_train.pytorch_horovod",
         strategies.TORCH_DISTRIBUTED: "dtc_train.pytorch_ddp",
     },

@@ -32,6 +32,7 @@ from helpers import (
     STRATEGIES,
     checkpoint_position,
     digits_job,
+    job_tree_at,
     own_ports,
     run_train,
     train_env,
@@ -39,12 +40,14 @@ from helpers import (
 
 pytestmark = pytest.mark.e2e
 EPOCHS = 4
+# every strategy's sagemaker_* keys, and builtin:pytorch with no distribution (dtc_train.pytorch_single)
+CASES = {**{case: strategy.hyperparameters() for case, strategy in STRATEGIES.items()},
+         "one-process-pytorch": {"sagemaker_program": "builtin:pytorch"}}
 
 
 def job(case, where, digits_channels, **hyperparameters):
-    """The strategy ``case`` (STRATEGIES) on this host, over the digits channels, for EPOCHS."""
-    return digits_job(where, digits_channels, {**STRATEGIES[case].hyperparameters(), "epochs": EPOCHS,
-                                               **hyperparameters})
+    """The case ``case`` (CASES) on this host, over the digits channels, for EPOCHS."""
+    return digits_job(where, digits_channels, {**CASES[case], "epochs": EPOCHS, **hyperparameters})
 
 
 def stop_at(root, delay_s: float, after: re.Pattern | None = None) -> tuple[int, float, str]:
@@ -108,6 +111,25 @@ def test_a_job_accumulating_gradients_stopped_at_a_random_moment_resumes_where_i
                          r"samples per step over (\d+) ranks\), \d+ steps per epoch", full_log)
         assert line and int(line[1]) == 2 * 32 * int(line[2]), full_log[-3000:]
     assert accuracy >= 0.90
+
+
+def test_a_one_process_pytorch_job_resumes_where_it_stopped_and_under_mpi_from_its_checkpoint(digits_channels,
+                                                                                              tmp_path):
+    """``builtin:pytorch`` with no distribution runs ``dtc_train.pytorch_single`` (no Horovod, no
+    collectives): stopped at a random moment it resumes to the uninterrupted run's weights, as
+    every trainer. Its checkpoint is the data-parallel trainers' ``checkpoint.pt``: the finished
+    job's tree, run again under mpi on 2 ranks with one epoch more, trains that epoch from it."""
+    log, accuracy = check_stop_and_resume("one-process-pytorch", digits_channels, tmp_path)
+    assert re.search(r"PyTorch \S+: one process on cpu \(host algo-1\)", log), log[-3000:]
+    assert "Horovod" not in log and accuracy >= 0.85, log[-3000:]   # 0.875 after 4 epochs (2026-11-27)
+
+    root = job_tree_at({**STRATEGIES["mpi-pytorch"].hyperparameters(), "epochs": EPOCHS + 1}, tmp_path / "full")
+    more = run_train(root)
+    assert more.returncode == 0, more.output[-3000:]
+    assert tuple(int(v) for v in RESUMING.search(more.output).groups()) == (EPOCHS, 0), more.output[-3000:]
+    assert [int(e) for e, *_ in METRIC.findall(more.stdout)] == [EPOCHS + 1], more.output[-3000:]
+    final_accuracy, digests = final(more.stdout)
+    assert len(digests) == 1 and len(DIGEST.findall(more.stdout)) == 2 and final_accuracy >= 0.85, more.output[-3000:]
 
 
 def check_stop_and_resume(case: str, digits_channels, tmp_path, epochs: int = EPOCHS,

@@ -135,7 +135,7 @@ def test_heterogeneous_hosts_outside_the_distribution_groups_run_alone(make_job,
         assert result.returncode == 0, result.output
         plans[host] = json.loads(result.stdout)
     assert plans["algo-3"]["strategy"] == "single"
-    assert plans["algo-3"]["argv"][1:3] == ["-m", "dtc_train.pytorch_horovod"]
+    assert plans["algo-3"]["argv"][1:3] == ["-m", "dtc_train.pytorch_single"]
     for index, host in enumerate(("algo-1", "algo-2")):
         assert plans[host]["hosts"] == ["algo-1", "algo-2"] and plans[host]["master_host"] == "algo-1"
         assert plans[host]["argv"][plans[host]["argv"].index("--node_rank") + 1] == str(index)

@@ -166,7 +166,7 @@ def test_tensorflow_without_a_distribution_mirrors_over_the_hosts_devices(digits
     result = run_train(root, timeout_s=300)   # an option another backend applies is an error, not ignored
     assert result.returncode == 2, result.output[-3000:]
     assert result.failure.splitlines()[0].endswith(
-        "error: hyperparameter cpu-replicas does not apply to builtin:pytorch under mpi or alone (Horovod, DALI "
-        "input): remove it from the job's hyperparameters (it applies to builtin:tensorflow alone or under "
+        "error: hyperparameter cpu-replicas does not apply to builtin:pytorch alone (one process, no collectives, "
+        "DALI input): remove it from the job's hyperparameters (it applies to builtin:tensorflow alone or under "
         "multi_worker_mirrored_strategy (MirroredStrategy / MultiWorkerMirroredStrategy, tf.data input))"), \
         result.failure

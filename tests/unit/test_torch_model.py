@@ -118,11 +118,12 @@ def test_an_architecture_without_torchvision_is_a_clear_error(monkeypatch):
 
 @pytest.mark.parametrize(("device", "data_parallel", "expected"), [
     ("cuda", "ddp", torch.channels_last),          # cuDNN's NHWC kernels (docs/performance.md, B5)
+    ("cuda", "single", torch.channels_last),       # one process: no collectives to refuse the layout
     ("cuda", "horovod", torch.contiguous_format),  # Horovod 0.28.1 refuses tensors that are not contiguous
     ("cuda", "fsdp", torch.contiguous_format),
     ("cpu", "ddp", torch.contiguous_format),
 ])
-def test_only_ddp_on_a_gpu_trains_channels_last(device, data_parallel, expected):
+def test_ddp_and_one_process_on_a_gpu_train_channels_last(device, data_parallel, expected):
     assert torch_common.memory_format(torch.device(device), data_parallel) == expected
 
 

@@ -32,6 +32,8 @@ def test_the_defaults_and_values_are_parsed_once_into_their_types():
     (config.PYTORCH_DDP, "allreduce-compression", "fp16"),     # Horovod's
     (config.PYTORCH_HOROVOD, "data-parallel", "fsdp"),
     (config.PYTORCH_HOROVOD, "cpu-replicas", "2"),
+    (config.PYTORCH_SINGLE, "allreduce-compression", "fp16"),  # one process: no allreduce
+    (config.PYTORCH_SINGLE, "data-parallel", "fsdp"),
 ])
 def test_an_option_the_backend_does_not_apply_is_refused_naming_it_and_who_applies_it(backend, flag, value, capsys):
     with pytest.raises(SystemExit) as exited:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from . import channel, contract, lr_schedule, plateau, stop
 
 # the backends: one per way of training (each the module that trains that way)
+PYTORCH_SINGLE = "pytorch_single"
 PYTORCH_HOROVOD = "pytorch_horovod"
 PYTORCH_DDP = "pytorch_ddp"
 TENSORFLOW_HOROVOD = "tensorflow_horovod"
@@ -29,7 +30,8 @@ TENSORFLOW_MIRRORED = "tensorflow_mwms"
 TENSORFLOW_PS = "tensorflow_ps"
 
 BACKENDS = {
-    PYTORCH_HOROVOD: "builtin:pytorch under mpi or alone (Horovod, DALI input)",
+    PYTORCH_SINGLE: "builtin:pytorch alone (one process, no collectives, DALI input)",
+    PYTORCH_HOROVOD: "builtin:pytorch under mpi (Horovod, DALI input)",
     PYTORCH_DDP: "builtin:pytorch under torch_distributed (DDP or FSDP2, DALI input)",
     TENSORFLOW_HOROVOD: "builtin:tensorflow under mpi (Horovod with tf-keras, DALI input)",
     TENSORFLOW_MIRRORED: "builtin:tensorflow alone or under multi_worker_mirrored_strategy "
@@ -37,7 +39,7 @@ BACKENDS = {
     TENSORFLOW_PS: "builtin:tensorflow under parameter_server (ParameterServerStrategy chief, tf.data input)",
 }
 ALL = frozenset(BACKENDS)
-PYTORCH = frozenset({PYTORCH_HOROVOD, PYTORCH_DDP})
+PYTORCH = frozenset({PYTORCH_SINGLE, PYTORCH_HOROVOD, PYTORCH_DDP})
 TENSORFLOW = ALL - PYTORCH
 DALI = PYTORCH | {TENSORFLOW_HOROVOD}   # the backends whose input is a DALI pipeline
 SYNCHRONOUS = ALL - {TENSORFLOW_PS}      # every step on every rank: progress within an epoch, a step's loss

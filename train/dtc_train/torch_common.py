@@ -68,6 +68,13 @@ class Collectives:
     def sum_scalar(self, value: float, name: str) -> float:
         return float(self.allreduce_sum(torch.tensor([value], dtype=torch.float64), name)[0])
 
+    @classmethod
+    def alone(cls) -> "Collectives":
+        """A world of one process: each collective returns its input (the sum over one rank, one
+        rank's object, a list of one)."""
+        return cls(allreduce_sum=lambda tensor, _name: tensor, broadcast_object=lambda obj: obj,
+                   allgather_object=lambda obj: [obj], world_size=1)
+
 
 @dataclass(frozen=True)
 class ShardedCheckpoints:
@@ -136,13 +143,15 @@ def memory_format(device: torch.device, data_parallel: str) -> torch.memory_form
     from 1,994 to 3,323 images/s: the GPU suite's B5, docs/performance.md); the default
     contiguous layout on a CPU, under Horovod (0.28.1's collectives refuse a tensor that is not
     contiguous: "Tensor is required to be contiguous") and for FSDP2, whose ``fully_shard``
-    splits parameters along their first dimension.
+    splits parameters along their first dimension. One process on a GPU (``single``, no
+    collectives) takes DDP's layout.
 
     Args:
         device: where the model trains.
-        data_parallel: ``ddp``, ``fsdp`` or ``horovod``.
+        data_parallel: ``ddp``, ``fsdp``, ``horovod`` or ``single``.
     """
-    return torch.channels_last if device.type == "cuda" and data_parallel == "ddp" else torch.contiguous_format
+    channels_last = device.type == "cuda" and data_parallel in ("ddp", "single")
+    return torch.channels_last if channels_last else torch.contiguous_format
 
 
 def build_model(choice: torch_model.ModelChoice, classes: tuple[str, ...], rank: int, device: torch.device,

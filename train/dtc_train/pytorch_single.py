@@ -1,0 +1,57 @@
+"""Built-in trainer: PyTorch on one process, no data parallelism, input through NVIDIA DALI.
+
+What ``train`` runs for ``builtin:pytorch`` with no distribution (``strategy.SINGLE``): one
+process on one device (GPU 0 when one is visible, else the CPU). It trains with the loop and
+the step of the data-parallel trainers (``torch_common.train``: checkpoints, resume, stop,
+observers, the final metric and digest lines, the saved model) without a collective runtime:
+its collectives return their input (``torch_common.Collectives.alone``) and the optimizer is plain
+SGD with momentum. Horovod would add nothing to one process but its background thread, which
+wakes every millisecond (``HOROVOD_CYCLE_TIME``) and cost one process pinned to one core about
+10 % of its training speed (docs/performance.md, A8). Checkpoints are those of the data-parallel
+trainers (``checkpoint.pt``): a job resumed under ``mpi`` or ``torch_distributed`` goes on from
+them at its own world size, and this one from theirs.
+
+Hyperparameters: ``dtc_train.config`` (backend ``pytorch_single``).
+"""
+
+import sys
+
+import torch
+
+from . import common, config, contract, dali_data, stop, torch_common
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = config.parse(config.PYTORCH_SINGLE, argv, __doc__.split("\n\n")[0])
+    choice = torch_common.model_choice(args)
+    stop_request = stop.StopRequest()
+    common.configure_logging(0)
+    torch.manual_seed(args.seed)
+    device = torch_common.device_for(args.data_device, 0)
+    dali_device_id = 0 if device.type == "cuda" else None
+    torch_common.set_threads_per_rank(1)
+    collectives = torch_common.Collectives.alone()
+
+    place = dali_data.Place(0, 1, 0, 1, contract.current_host())
+    data = dali_data.rank_data(args.train_channel, args.validation_channel, args.batch_size, place,
+                               collectives.allgather_object, args.corrupt_images)
+    common.log.info("PyTorch %s: one process on %s (host %s); %s; DALI decodes on %s", torch.__version__, device,
+                    contract.current_host(), data.describe(), "gpu" if dali_device_id is not None else "cpu")
+
+    layout = torch_common.memory_format(device, "single")
+    model = torch_common.build_model(choice, data.classes, 0, device, layout)
+    accumulation = torch_common.Accumulation(args.gradient_accumulation_steps)   # gradients add up in .grad
+    accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)   # too few batches: refused here
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
+    precision = torch_common.Precision.build(args.precision, device)
+    resume = torch_common.restore(args, model, optimizer, 0, 1,
+                                  data.read_order(args.batch_size, args.seed, accumulation.micro_batches),
+                                  accumulation.micro_batches, collectives, precision=precision,
+                                  host_sharded=data.train.host_sharded)
+    return torch_common.train(args, model, model, optimizer, data, device, dali_device_id, 0, 1, collectives,
+                              stop_request, resume, "single", choice, precision=precision,
+                              accumulation=accumulation, layout=layout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
