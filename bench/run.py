@@ -157,8 +157,13 @@ def analyse(records: list[dict]) -> tuple[dict, list[dict]]:
     if a8:
         summaries["A8"] = {f"{v}@{c}": m for (v, c), m in a8.items()}
         for case in sorted({c for _, c in a8}):
+            bare = a8[("bare-loop", case)]["median"]
             ratio("A8", f"built-in trainer / bare loop, training images/s, {case}, 1 process",
-                  a8[("trainer", case)]["median"] / a8[("bare-loop", case)]["median"], 0.97)
+                  a8[("trainer", case)]["median"] / bare, 0.97)
+            for variant, name in (("horovod-1-rank", "Horovod"), ("ddp-1-rank", "DDP")):
+                if (variant, case) in a8:
+                    ratio("A8", f"{name} trainer on 1 rank / bare loop, training images/s, {case}",
+                          a8[(variant, case)]["median"] / bare, None)
     a6 = medians(records, "A6", "images_per_s")
     if a6:
         summaries["A6"] = {v: m for (v,), m in a6.items()}

@@ -8,10 +8,14 @@ intra-op thread, one DALI thread:
   read-back and non-finite check, the learning-rate schedule, progress lines, system metrics,
   TensorBoard, a checkpoint and validation after every epoch); its own ``samples_per_second``
   (training steps only).
+- ``horovod-1-rank``, ``ddp-1-rank``: the data-parallel trainers on one rank under their launchers
+  (``mpi`` with one process per host, ``torch_distributed`` with one): what Horovod
+  (``DistributedOptimizer``, its background thread) and DDP (its gradient buckets' allreduce over
+  Gloo with nobody else) add to the same loop, reported against the bare loop without a target.
 - ``bare-loop``: ``programs/bare_loop.py``: zero_grad, forward, loss, backward, step on the same
   DALI pipeline, timed per epoch.
 
-Both: the median over epochs 2..N. The overhead is 1 - trainer / bare loop (target <= 3 %). Cases:
+Each: the median over epochs 2..N. The overhead is 1 - trainer / bare loop (target <= 3 %). Cases:
 ``digits-cnn`` (the main job's model: 8 x 8 grayscale, tiny steps, so fixed per-step costs weigh
 most) and ``shufflenet`` (ShuffleNet V2 x0.5 on the 64 x 64 photographs, a torchvision
 architecture's steps).
@@ -31,7 +35,15 @@ CASES = {
     "digits-cnn": ({}, "digits"),
     "shufflenet": (scaling.SHUFFLENET, "photos"),
 }
-VARIANTS = ("trainer", "bare-loop")
+# variant -> its sagemaker_* hyperparameters: no distribution, then each data-parallel trainer on
+# one rank; mpirun binds to nothing, so the rank keeps the core taskset gave train
+TRAINERS = {
+    "trainer": {},
+    "horovod-1-rank": {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1,
+                       "sagemaker_mpi_custom_mpi_options": "-bind-to none"},
+    "ddp-1-rank": {"sagemaker_torch_distributed_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1},
+}
+VARIANTS = (*TRAINERS, "bare-loop")
 
 
 def run(work: Path, case: str, variant: str, epochs: int) -> float:
@@ -41,10 +53,11 @@ def run(work: Path, case: str, variant: str, epochs: int) -> float:
         RuntimeError: the run failed or measured fewer epochs than asked.
     """
     model, data = CASES[case]
-    hyperparameters = {"sagemaker_program": "builtin:pytorch", "epochs": epochs, "dali-threads": 1, **model}
+    hyperparameters = {"sagemaker_program": "builtin:pytorch", "epochs": epochs, "dali-threads": 1, **model,
+                       **TRAINERS.get(variant, {})}
     root = scaling.job_root(work, f"a8-{case}-{variant}", hyperparameters, data)
     what = f"A8 {case} {variant}"
-    if variant == "trainer":
+    if variant in TRAINERS:
         return scaling.run_trainer(root, 1, epochs, what)
     argv = [sys.executable, str(BARE_LOOP), "--epochs", str(epochs), "--dali-threads", "1",
             *(arg for key, value in model.items() for arg in (f"--{key}", str(value)))]
