@@ -14,6 +14,9 @@ intra-op thread, one DALI thread:
   Gloo with nobody else) add to the same loop, reported against the bare loop without a target.
 - ``bare-loop``: ``programs/bare_loop.py``: zero_grad, forward, loss, backward, step on the same
   DALI pipeline, timed per epoch.
+- ``bare-loop-ddp``: the same loop with its model in ``DistributedDataParallel`` on a Gloo group
+  of one (``--wrap ddp``): DDP's own cost, so that ``ddp-1-rank`` against it is the DDP
+  trainer's own.
 
 Each: the median over epochs 2..N. The overhead is 1 - trainer / bare loop (target <= 3 %). Cases:
 ``digits-cnn`` (the main job's model: 8 x 8 grayscale, tiny steps, so fixed per-step costs weigh
@@ -43,7 +46,9 @@ TRAINERS = {
                        "sagemaker_mpi_custom_mpi_options": "-bind-to none"},
     "ddp-1-rank": {"sagemaker_torch_distributed_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1},
 }
-VARIANTS = (*TRAINERS, "bare-loop")
+# variant -> the bare loop's extra arguments
+BARE_LOOPS = {"bare-loop": [], "bare-loop-ddp": ["--wrap", "ddp"]}
+VARIANTS = (*TRAINERS, *BARE_LOOPS)
 
 
 def run(work: Path, case: str, variant: str, epochs: int) -> float:
@@ -59,7 +64,7 @@ def run(work: Path, case: str, variant: str, epochs: int) -> float:
     what = f"A8 {case} {variant}"
     if variant in TRAINERS:
         return scaling.run_trainer(root, 1, epochs, what)
-    argv = [sys.executable, str(BARE_LOOP), "--epochs", str(epochs), "--dali-threads", "1",
+    argv = [sys.executable, str(BARE_LOOP), "--epochs", str(epochs), "--dali-threads", "1", *BARE_LOOPS[variant],
             *(arg for key, value in model.items() for arg in (f"--{key}", str(value)))]
     done = subprocess.run(scaling.pinned(1, argv), env={**os.environ, "SAGEMAKER_BASE_DIR": str(root)},
                           capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)

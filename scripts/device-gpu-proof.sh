@@ -16,20 +16,23 @@
 #                        loads) and Gloo, for the GPU's compute capability. No TensorFlow there; no MPI.
 #   run                  (there) waits for the build, installs Horovod and DALI into $WORK/site, and runs
 #                        1. Horovod's build flags and an allreduce on the GPU (exact values);
-#                        2. the built-in PyTorch trainers on the GPU: Horovod (one rank, as Horovod runs
-#                           without a launcher) and DDP (torchrun, one process), each with `precision` on,
-#                           on the digits and on the photos with ResNet-50 at 224 px;
+#                        2. the built-in PyTorch trainers on the GPU: one process with no distribution,
+#                           Horovod (one rank, as Horovod runs without a launcher) and DDP (torchrun, one
+#                           process), each with `precision` on, on the digits and on the photos with
+#                           ResNet-50 at 224 px;
 #                        3. the GPU suite's B1 (ResNet-50), B2 (DALI against a DataLoader), B3 (Horovod's
 #                           overhead) and B5 (ResNet-50 through the built-in trainers against a bare loop):
 #                           bench/gpu/suite.py --parts $SUITE_PARTS.
 #                        and writes $OUT/gpu-proof.jsonl (one result per step, as it goes), the suite's
-#                        $OUT/gpu-results.json and $OUT/gpu-proof-logs.tar.gz.
+#                        $OUT/bench/ (gpu-results.json, rewritten after each part, and B5's logs) and
+#                        $OUT/gpu-proof-logs.tar.gz.
 # One GPU allows one rank per framework: NCCL refuses two ranks on one GPU, so multi-rank collectives
 # and B4 (busbw over several GPUs) are not proved there.
 #
 # Env: WORK (default /tmp/gpuproof), PYTHON (default python3), CUDA_ARCH (default: the GPU's, e.g. 90),
 # QUICK=1 (run: one epoch per job, the suite's --quick; to rehearse `run` on a CPU machine);
-# SUITE_PARTS (run: default B1,B2,B3,B5), B5_TRAINERS (run: default horovod,ddp), TRAINER_JOBS=0 (run: the suite only, no trainer jobs);
+# SUITE_PARTS (run: default B1,B2,B3,B5), B5_TRAINERS (run: default single,horovod,ddp), TRAINER_JOBS (run: whose
+# trainer jobs run, default single,horovod,ddp; 0: none, the suite only);
 # prepare: HOST_PYTHON (default .venv/bin/python), DALI_ARCHIVE (a dali.tar.zst made before, to skip
 # the 10-minute compression). prepare needs Debian's zstd and unzip, which `make setup` does not
 # install: no test runs this script (it needs a lent GPU machine).
@@ -219,7 +222,7 @@ print(json.dumps({"step": name, "rc": int(rc), "wall_s": round(float(seconds), 1
                   "val_accuracy": [float(a) for _, a in epochs], "samples_per_second": [float(r) for r in rates],
                   "model_files": sorted(os.listdir(os.path.join(job, "model"))) if os.path.isdir(os.path.join(job, "model"))
                   else [],
-                  "placement": [l for l in text.splitlines() if "rank 0/" in l][:1]}))
+                  "placement": [l for l in text.splitlines() if "rank 0/" in l or "one process on" in l][:1]}))
 EOF
     log "$name: rc=$rc in ${seconds}s"
   }
@@ -230,24 +233,23 @@ EOF
   local digits=(--epochs "$digits_epochs")
   local photos=(--model resnet50 --image-size "$image_size" --batch-size 32 --learning-rate 0.02
                 --epochs "$photos_epochs" --warmup-epochs 1 --lr-schedule cosine)
-  local trainer_jobs="${TRAINER_JOBS:-1}" parts="${SUITE_PARTS:-B1,B2,B3,B5}"
-  if [ "$trainer_jobs" != 0 ]; then
-    trainer_job horovod-digits-bf16 digits "$PYTHON" -m dtc_train.pytorch_horovod "${digits[@]}" --precision bf16
-    trainer_job ddp-digits-fp16 digits "${torchrun[@]}" -m dtc_train.pytorch_ddp "${digits[@]}" --precision fp16
-  fi
+  local jobs=",${TRAINER_JOBS:-single,horovod,ddp}," parts="${SUITE_PARTS:-B1,B2,B3,B5}"
+  wanted() { [[ "$jobs" == *",$1,"* ]]; }
+  local single=("$PYTHON" -m dtc_train.pytorch_single) horovod=("$PYTHON" -m dtc_train.pytorch_horovod)
+  local ddp=("${torchrun[@]}" -m dtc_train.pytorch_ddp)
+  wanted single && trainer_job single-digits-fp16 digits "${single[@]}" "${digits[@]}" --precision fp16
+  wanted horovod && trainer_job horovod-digits-bf16 digits "${horovod[@]}" "${digits[@]}" --precision bf16
+  wanted ddp && trainer_job ddp-digits-fp16 digits "${ddp[@]}" "${digits[@]}" --precision fp16
   log "GPU suite $parts"
-  timeout 420 "$PYTHON" "$REPO_DIR/bench/gpu/suite.py" --out "$WORK/bench" --parts "$parts" \
-    --b5-trainers "${B5_TRAINERS:-horovod,ddp}" "${quick[@]}" \
+  # the suite writes into $OUT as it goes: a run stopped at the call's limit returns the parts done
+  timeout 480 "$PYTHON" "$REPO_DIR/bench/gpu/suite.py" --out "$out/bench" --parts "$parts" \
+    --b5-trainers "${B5_TRAINERS:-single,horovod,ddp}" "${quick[@]}" \
     > "$logs/gpu-suite.log" 2>&1
   echo "{\"step\": \"gpu-suite\", \"rc\": $?}" >> "$results"
-  cp "$WORK/bench/gpu-results.json" "$out/gpu-results.json" 2>/dev/null
-  cp "$WORK"/bench/b5-*.log "$logs/" 2>/dev/null
   cp "$logs/gpu-suite.log" "$out/" 2>/dev/null
-  if [ "$trainer_jobs" != 0 ]; then
-    trainer_job ddp-photos-resnet50-bf16 photos "${torchrun[@]}" -m dtc_train.pytorch_ddp "${photos[@]}" --precision bf16
-    trainer_job horovod-photos-resnet50-fp16 photos "$PYTHON" -m dtc_train.pytorch_horovod "${photos[@]}" --precision fp16
-  fi
-
+  wanted single && trainer_job single-photos-resnet50-bf16 photos "${single[@]}" "${photos[@]}" --precision bf16
+  wanted ddp && trainer_job ddp-photos-resnet50-bf16 photos "${ddp[@]}" "${photos[@]}" --precision bf16
+  wanted horovod && trainer_job horovod-photos-resnet50-fp16 photos "${horovod[@]}" "${photos[@]}" --precision fp16
 
   tar -C "$WORK" -czf "$out/gpu-proof-logs.tar.gz" logs
   cat "$results"

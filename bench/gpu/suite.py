@@ -15,9 +15,10 @@
   mpirun with ``--device cuda``), nccl-tests' formula.
 * B5: ResNet-50 trained by the built-in trainer itself on B2's JPEGs (a job tree with training and
   validation channels; ``torchvision``'s ``resnet50`` at 224 px, batch 256, ``precision=bf16``,
-  ``data-device=gpu``, augmentation on): the Horovod trainer (one rank, as ``train`` runs it for
-  ``mpi`` with one process) and the DDP one (``torchrun``, one process), each against the bare
-  loop (bench/programs/bare_loop.py: zero_grad, forward, loss, backward, step) on the same
+  ``data-device=gpu``, augmentation on): the trainer ``train`` runs with no distribution (one
+  process, no collectives: ``dtc_train.pytorch_single``), the Horovod trainer (one rank, as
+  ``train`` runs it for ``mpi`` with one process) and the DDP one (``torchrun``, one process),
+  each against the bare loop (bench/programs/bare_loop.py: zero_grad, forward, loss, backward, step) on the same
   model and DALI pipeline. Their own training images/s, median over epochs 2..N; the overhead is
   ``1 - trainer / bare loop`` (issue #19 item 7: <= 3 %), and the trainer against B1's synthetic
   input (a different ResNet-50 v1.5 build, channels-last: for scale only).
@@ -42,7 +43,7 @@ sys.path.insert(0, str(HERE.parent))
 import common  # noqa: E402
 
 PARTS = ("B1", "B2", "B3", "B4", "B5")
-B5_TRAINERS = ("horovod", "ddp")
+B5_TRAINERS = ("single", "horovod", "ddp")
 B3_REPEATS = 3
 ANCHORS = {"B1": "NVIDIA DeepLearningExamples RN50 v1.5 PyTorch AMP, A100-80GB: 2470 images/s"}
 
@@ -194,27 +195,35 @@ def b5_run(work: Path, out: Path, name: str, argv: list[str], epochs: int) -> di
     return {"images_per_s": statistics.median(rates), "epochs": rates}
 
 
-def b5_trainers(work: Path, out: Path, batch: int, epochs: int, image_size: int,
-                trainers: tuple[str, ...] = B5_TRAINERS) -> dict:
-    """B5 in ``work``, which holds B2's JPEGs as ``training`` and a validation set as ``validation``;
-    each run's output goes to ``out``."""
+def b5_trainer(work: Path, out: Path, name: str, batch: int, epochs: int, image_size: int) -> dict:
+    """B5 for the trainer ``name`` (one of ``B5_TRAINERS``) in ``work``, which holds B2's JPEGs as
+    ``training`` and a validation set as ``validation``: the bare loop in that trainer's memory
+    format, then the trainer (a drifting clock shows as different bare-loop rates between
+    trainers); for ``ddp`` also the bare loop in ``DistributedDataParallel`` on a group of one
+    (``--wrap ddp``), between the two: DDP's own cost apart from the trainer's. Each run's output
+    goes to ``out``. Returns each run's images/s and the overheads ``1 - trainer / bare loop``
+    (and for ``ddp``: ``1 - bare loop in DDP / bare loop``, ``1 - trainer / bare loop in DDP``)."""
     threads = str(max(2, len(os.sched_getaffinity(0))))
     model = ["--model", "resnet50", "--image-size", str(image_size), "--batch-size", str(batch),
              "--epochs", str(epochs), "--dali-threads", threads]
     trainer = [*model, "--precision", "bf16", "--data-device", "gpu", "--augment", "on",
                "--system-metrics-seconds", "0", "--progress-seconds", "0"]
-    argv = {"horovod": [sys.executable, "-m", "dtc_train.pytorch_horovod", *trainer],
+    argv = {"single": [sys.executable, "-m", "dtc_train.pytorch_single", *trainer],
+            "horovod": [sys.executable, "-m", "dtc_train.pytorch_horovod", *trainer],
             "ddp": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
-                    "-m", "dtc_train.pytorch_ddp", *trainer],
-            "bare": [sys.executable, str(HERE.parent / "programs" / "bare_loop.py"), *model, "--device", "cuda",
-                     "--precision", "bf16"]}   # with --data-parallel: that trainer's memory format
-    # bare loop, trainer, bare loop, trainer: a drifting clock shows as two different bare rates
-    result = {"batch_per_gpu": batch, "image_size": image_size, "precision": "bf16", "target_overhead": 0.03}
-    for name in trainers:
-        bare = b5_run(work, out, f"bare-loop-{name}", [*argv["bare"], "--data-parallel", name], epochs)
-        trained = b5_run(work, out, f"trainer-{name}", argv[name], epochs)
-        result[name] = {"trainer": trained, "bare_loop": bare,
-                        "overhead": 1 - trained["images_per_s"] / bare["images_per_s"]}
+                    "-m", "dtc_train.pytorch_ddp", *trainer]}[name]
+    bare = [sys.executable, str(HERE.parent / "programs" / "bare_loop.py"), *model, "--device", "cuda",
+            "--precision", "bf16", "--data-parallel", name]   # --data-parallel: that trainer's memory format
+    bare_rate = b5_run(work, out, f"bare-loop-{name}", bare, epochs)
+    result = {"bare_loop": bare_rate}
+    if name == "ddp":   # the bare loop in DDP too: DDP's own cost apart from the trainer's
+        result["bare_loop_ddp"] = b5_run(work, out, "bare-loop-ddp-wrapped", [*bare, "--wrap", "ddp"], epochs)
+    result["trainer"] = b5_run(work, out, f"trainer-{name}", argv, epochs)
+    result["overhead"] = 1 - result["trainer"]["images_per_s"] / bare_rate["images_per_s"]
+    if name == "ddp":
+        result["ddp_wrapper_overhead"] = 1 - result["bare_loop_ddp"]["images_per_s"] / bare_rate["images_per_s"]
+        result["overhead_vs_bare_loop_ddp"] = (1 - result["trainer"]["images_per_s"]
+                                               / result["bare_loop_ddp"]["images_per_s"])
     return result
 
 
@@ -235,11 +244,14 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
-    parser.add_argument("--b5-trainers", default=",".join(B5_TRAINERS), help="B5's trainers: horovod,ddp or one")
+    parser.add_argument("--b5-trainers", default=",".join(B5_TRAINERS),
+                        help=f"B5's trainers: a subset of {','.join(B5_TRAINERS)}")
     args = parser.parse_args(argv)
-    parts = set(args.parts.split(","))
+    parts, trainers = set(args.parts.split(",")), args.b5_trainers.split(",")
     if not parts or parts - set(PARTS):
         parser.error(f"--parts: {args.parts!r} is not a comma-separated subset of {','.join(PARTS)}")
+    if set(trainers) - set(B5_TRAINERS):
+        parser.error(f"--b5-trainers: {args.b5_trainers!r} is not a comma-separated subset of {','.join(B5_TRAINERS)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -271,11 +283,13 @@ def main(argv=None) -> None:
             results.write_text(json.dumps(result, indent=2))
         if "B5" in parts:
             make_jpegs(Path(tmp) / "validation", images // 10, seed=1)
-            result["B5"] = b5_trainers(Path(tmp), out, batch, 3 if args.quick else 6, 64 if args.quick else 224,
-                                       tuple(args.b5_trainers.split(",")))
-            for name in args.b5_trainers.split(","):
+            epochs, image_size = (3, 64) if args.quick else (6, 224)
+            result["B5"] = {"batch_per_gpu": batch, "image_size": image_size, "precision": "bf16",
+                            "target_overhead": 0.03}
+            for name in trainers:   # each trainer's result written as it comes
+                result["B5"][name] = b5_trainer(Path(tmp), out, name, batch, epochs, image_size)
                 result["B5"][name]["trainer_vs_b1"] = result["B5"][name]["trainer"]["images_per_s"] / b1
-            results.write_text(json.dumps(result, indent=2))
+                results.write_text(json.dumps(result, indent=2))
     if "B3" in parts:
         import horovod.torch as hvd
 

@@ -13,7 +13,12 @@ time of the epoch's training steps, validation excluded, as the trainer's sample
 On a GPU (``--device cuda``: the GPU suite's B5) the model, the step and DALI's decoding run on
 GPU 0, the step under ``torch.autocast`` in ``--precision`` and the model and images in the
 memory format of the trainer compared with (``--data-parallel``; ``torch_common.memory_format``:
-channels-last for DDP), as that trainer's with ``data-device=gpu`` and ``precision``.
+channels-last for DDP and for one process alone, ``single``), as that trainer's with
+``data-device=gpu`` and ``precision``.
+
+``--wrap ddp`` puts the model in ``DistributedDataParallel`` on a process group of one (Gloo on a
+CPU, NCCL on a GPU; an in-process ``HashStore``, no launcher): what DDP's reducer (its gradient
+buckets and their allreduce) costs the same loop, apart from the DDP trainer's own costs.
 
 Run in a SageMaker job tree (``SAGEMAKER_BASE_DIR``), as ``train`` would run the trainer:
 ``python bare_loop.py --model shufflenet_v2_x0_5 --image-size 64 --epochs 4``.
@@ -43,8 +48,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dali-threads", type=int, default=1)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    parser.add_argument("--data-parallel", choices=("horovod", "ddp"), default="horovod",
+    parser.add_argument("--data-parallel", choices=("horovod", "ddp", "single"), default="horovod",
                         help="the trainer compared with: its memory format (torch_common.memory_format)")
+    parser.add_argument("--wrap", choices=("none", "ddp"), default="none",
+                        help="ddp: the model in DistributedDataParallel on a process group of one")
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
@@ -60,6 +67,10 @@ def main(argv: list[str] | None = None) -> None:
                             for pipe in pipes)
     layout = torch_common.memory_format(torch.device(args.device), args.data_parallel)   # as that trainer's
     model = choice.build(len(data.classes)).to(args.device, memory_format=layout)
+    if args.wrap == "ddp":   # as the DDP trainer wraps it (dtc_train.pytorch_ddp), on a group of one
+        torch.distributed.init_process_group("nccl" if gpu else "gloo", store=torch.distributed.HashStore(),
+                                             rank=0, world_size=1)
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0] if gpu else None)
     dtype = torch_common.PRECISIONS[args.precision]
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
     model.train()
@@ -83,6 +94,8 @@ def main(argv: list[str] | None = None) -> None:
             for _ in range(data.val_shard.batches):
                 model(next(val_batches)[0]["images"])
         model.train()
+    if args.wrap == "ddp":
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ def test_the_alpha_beta_fit_recovers_known_parameters_and_the_model_matches_the_
 def test_a8_compares_the_trainers_median_images_per_s_with_the_bare_loops_per_case():
     rows = [("trainer", "shufflenet", [96.0, 98.0, 97.0]), ("bare-loop", "shufflenet", [101.0, 99.0, 100.0]),
             ("trainer", "digits-cnn", [800.0]), ("bare-loop", "digits-cnn", [1000.0]),
-            ("horovod-1-rank", "digits-cnn", [700.0]), ("ddp-1-rank", "digits-cnn", [600.0])]
+            ("horovod-1-rank", "digits-cnn", [700.0]), ("ddp-1-rank", "digits-cnn", [600.0]),
+            ("bare-loop-ddp", "digits-cnn", [750.0])]
     records = [{"benchmark": "A8", "variant": variant, "case": case, "repeat": repeat, "images_per_s": value}
                for variant, case, values in rows for repeat, value in enumerate(values)]
     summaries, ratios = run.analyse(records)
@@ -46,7 +47,9 @@ def test_a8_compares_the_trainers_median_images_per_s_with_the_bare_loops_per_ca
         "built-in trainer / bare loop, training images/s, digits-cnn, 1 process": (pytest.approx(0.8), 0.97, False),
         "built-in trainer / bare loop, training images/s, shufflenet, 1 process": (pytest.approx(0.97), 0.97, True),
         "Horovod trainer on 1 rank / bare loop, training images/s, digits-cnn": (pytest.approx(0.7), None, None),
-        "DDP trainer on 1 rank / bare loop, training images/s, digits-cnn": (pytest.approx(0.6), None, None)}
+        "DDP trainer on 1 rank / bare loop, training images/s, digits-cnn": (pytest.approx(0.6), None, None),
+        "bare loop in DDP (group of 1) / bare loop, training images/s, digits-cnn": (pytest.approx(0.75), None, None),
+        "DDP trainer on 1 rank / bare loop in DDP, training images/s, digits-cnn": (pytest.approx(0.8), None, None)}
 
 
 def test_the_gpu_suite_refuses_a_part_it_does_not_have_before_touching_a_gpu(tmp_path, capsys):
