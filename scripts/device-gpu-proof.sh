@@ -24,14 +24,13 @@
 #                           overhead) and B5 (ResNet-50 through the built-in trainers against a bare loop):
 #                           bench/gpu/suite.py --parts $SUITE_PARTS.
 #                        and writes $OUT/gpu-proof.jsonl (one result per step, as it goes), the suite's
-#                        $OUT/bench/ (gpu-results.json, rewritten after each part, and B5's logs) and
-#                        $OUT/gpu-proof-logs.tar.gz.
+#                        $OUT/gpu-results.json and gpu-suite.log, and $OUT/gpu-proof-logs.tar.gz (every log).
 # One GPU allows one rank per framework: NCCL refuses two ranks on one GPU, so multi-rank collectives
 # and B4 (busbw over several GPUs) are not proved there.
 #
 # Env: WORK (default /tmp/gpuproof), PYTHON (default python3), CUDA_ARCH (default: the GPU's, e.g. 90),
 # QUICK=1 (run: one epoch per job, the suite's --quick; to rehearse `run` on a CPU machine);
-# SUITE_PARTS (run: default B1,B2,B3,B5), B5_TRAINERS (run: default single,horovod,ddp), TRAINER_JOBS (run: whose
+# SUITE_PARTS (run: default B1,B2,B3,B5), SUITE_TIMEOUT_S (run: the suite's limit, default 480), B5_TRAINERS (run: default single,horovod,ddp), TRAINER_JOBS (run: whose
 # trainer jobs run, default single,horovod,ddp; 0: none, the suite only);
 # prepare: HOST_PYTHON (default .venv/bin/python), DALI_ARCHIVE (a dali.tar.zst made before, to skip
 # the 10-minute compression). prepare needs Debian's zstd and unzip, which `make setup` does not
@@ -241,12 +240,13 @@ EOF
   wanted horovod && trainer_job horovod-digits-bf16 digits "${horovod[@]}" "${digits[@]}" --precision bf16
   wanted ddp && trainer_job ddp-digits-fp16 digits "${ddp[@]}" "${digits[@]}" --precision fp16
   log "GPU suite $parts"
-  # the suite writes into $OUT as it goes: a run stopped at the call's limit returns the parts done
-  timeout 480 "$PYTHON" "$REPO_DIR/bench/gpu/suite.py" --out "$out/bench" --parts "$parts" \
+  # at most 8 files come back from $OUT: the suite's results and its log, B5's logs in the tarball
+  timeout "${SUITE_TIMEOUT_S:-480}" "$PYTHON" "$REPO_DIR/bench/gpu/suite.py" --out "$WORK/bench" --parts "$parts" \
     --b5-trainers "${B5_TRAINERS:-single,horovod,ddp}" "${quick[@]}" \
     > "$logs/gpu-suite.log" 2>&1
   echo "{\"step\": \"gpu-suite\", \"rc\": $?}" >> "$results"
-  cp "$logs/gpu-suite.log" "$out/" 2>/dev/null
+  cp "$WORK/bench/gpu-results.json" "$logs/gpu-suite.log" "$out/" 2>/dev/null
+  cp "$WORK"/bench/b5-*.log "$logs/" 2>/dev/null
   wanted single && trainer_job single-photos-resnet50-bf16 photos "${single[@]}" "${photos[@]}" --precision bf16
   wanted ddp && trainer_job ddp-photos-resnet50-bf16 photos "${ddp[@]}" "${photos[@]}" --precision bf16
   wanted horovod && trainer_job horovod-photos-resnet50-fp16 photos "${horovod[@]}" "${photos[@]}" --precision fp16

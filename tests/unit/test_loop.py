@@ -189,6 +189,53 @@ def test_a_nonfinite_loss_fails_naming_the_step_or_trains_on(stop_request):
     assert trains_on.steps[-1] == 15
 
 
+class UnreadSums:
+    """A step's sums as a GPU backend returns them (``torch_common.PendingSums``): known only
+    when read with ``np.asarray``, which the log records."""
+
+    def __init__(self, sums, global_step, log):
+        self.sums, self.global_step, self.log = sums, global_step, log
+
+    def __array__(self, dtype=None, copy=None):
+        self.log.append(f"read {self.global_step}")
+        return self.sums.astype(dtype or np.float64)
+
+
+class GpuLikeBackend(NumbersBackend):
+    """``NumbersBackend`` whose steps return ``UnreadSums``; logs steps, reads, saves and totals."""
+
+    def __init__(self, **settings):
+        super().__init__(**settings)
+        self.log = []
+
+    def train_step(self, global_step):
+        self.log.append(f"step {global_step}")
+        return UnreadSums(super().train_step(global_step), global_step, self.log)
+
+    def total(self, sums, name):
+        self.log.append(name)
+        return super().total(sums, name)
+
+    def save(self, epoch, step, train_sums, plateau_state):
+        self.log.append(f"save {epoch}/{step}")
+        super().save(epoch, step, train_sums, plateau_state)
+
+
+def test_a_steps_sums_are_read_once_the_next_step_is_under_way_and_all_before_a_checkpoint_or_total(stop_request):
+    backend, observer = GpuLikeBackend(steps_per_epoch=4), Observer()
+    loop.fit(rules(epochs=2, checkpoint_every=stop.Schedule(3, "steps")), backend, observer, stop_request)
+    assert backend.log[:14] == [
+        "step 1", "step 2", "read 1", "step 3", "read 2", "read 3", "checkpoint_train_sums", "save 0/3",
+        "step 4", "read 4", "train_sums", "step 5", "step 6", "read 5"]
+    numbers = Observer()
+    loop.fit(rules(epochs=2), NumbersBackend(steps_per_epoch=4), numbers, stop_request)
+    assert observer.epochs == numbers.epochs   # the same totals as sums read at once
+    diverging = GpuLikeBackend(losses=lambda step: math.nan if step == 7 else 1.0)
+    with pytest.raises(FloatingPointError, match=r"^the training loss is nan at step 2 of epoch 2 \(global step 7\)"):
+        loop.fit(rules(), diverging, Observer(), stop_request)
+    assert diverging.log[-2:] == ["step 8", "read 7"]   # found on reading, one step on, naming its step
+
+
 def test_run_finishes_and_reports_a_job_reports_a_stopped_one_and_leaves_a_failed_one(stop_request):
     finished, observer = [], Observer()
     assert loop.run(rules(), NumbersBackend(), observer, stop_request, loop.Resume(), finished.append) == 0

@@ -128,7 +128,9 @@ class Backend(Protocol):
 
     def train_step(self, global_step: int) -> np.ndarray:
         """One optimizer step, the job's ``global_step``-th (1-based). Returns this rank's float64
-        ``SUMS`` of the step (zeros where the step runs elsewhere and ``total`` counts it)."""
+        ``SUMS`` of the step (zeros where the step runs elsewhere and ``total`` counts it), or
+        what gives them when read with ``np.asarray`` (a GPU's copy still under way:
+        ``torch_common.PendingSums``); the loop reads them after starting the next step."""
 
     def total(self, sums: np.ndarray, name: str) -> np.ndarray:
         """Collective: the epoch's ``SUMS`` so far over every rank, from this rank's ``sums``."""
@@ -152,8 +154,11 @@ def fit(rules: Rules, backend: Backend, observer, stop_request: stop.StopRequest
     """Trains from ``resume`` to ``rules.epochs`` epochs. Returns the last validation accuracy.
 
     Per step: the learning rate (``lr_schedule``, by the job's step, so a resumed job follows the
-    uninterrupted curve), the backend's step, the non-finite-loss rule on this rank's loss
-    (``plateau.check_loss``), ``observer.step_done()``, the stop agreement
+    uninterrupted curve), the backend's step, the previous step's sums read and the
+    non-finite-loss rule on its loss (``plateau.check_loss``, naming that step: a step's sums
+    are read once the next is under way, so that a GPU's queue never waits on the host; before a
+    checkpoint and at the epoch's end, the last step's are read too), ``observer.step_done()``,
+    the stop agreement
     (``stop.StopRequest.agreed``: every rank stops after the same step), and a checkpoint when
     the ``checkpoint-every`` schedule or a stop asks. A stop raises ``stop.Stopped`` on every rank
     once its checkpoint is written. Per epoch: the sums totalled over the ranks, validation, the
@@ -190,22 +195,27 @@ def fit(rules: Rules, backend: Backend, observer, stop_request: stop.StopRequest
         sums = np.zeros(len(SUMS), dtype=np.float64)
         if start and resume.train_sums is not None and reporting:
             sums += resume.train_sums
+        unread = None   # the last step whose sums are not read yet: (step, global_step, its sums)
         for step in range(start + 1, steps + 1):
             global_step = (epoch_number - 1) * steps + step
             if rates.rate(global_step - 1) != rate:
                 rate = rates.rate(global_step - 1)
                 backend.set_learning_rate(rate)
-            step_sums = backend.train_step(global_step)
-            plateau.check_loss(float(step_sums[0]), epoch_number, step, global_step, backend.rank,
-                               rules.nonfinite_loss)
-            sums += step_sums
+            started = (step, global_step, backend.train_step(global_step))
+            if unread:
+                sums += read_step_sums(unread, epoch_number, backend.rank, rules.nonfinite_loss)
+            unread = started
             observer.step_done()
             signum = stop_request.agreed(global_step, lambda flag: backend.sum_scalar(flag, "stop_requested"))
             if signum or rules.checkpoint_every.due_after_step(global_step):
+                sums += read_step_sums(unread, epoch_number, backend.rank, rules.nonfinite_loss)
+                unread = None
                 backend.save(epoch_number - 1, step, backend.total(sums, "checkpoint_train_sums"), rule.state())
             if signum:
                 raise stop.Stopped.after_checkpoint(signum, epoch_number, step, rules.checkpoint_dir,
                                                     announce=reporting)
+        if unread:
+            sums += read_step_sums(unread, epoch_number, backend.rank, rules.nonfinite_loss)
         backend.end_training_steps()
         loss_sum, correct, count = backend.total(sums, "train_sums")
         observer.end_training_steps()
@@ -220,6 +230,20 @@ def fit(rules: Rules, backend: Backend, observer, stop_request: stop.StopRequest
                 common.log.info(rule.describe(rules.epochs))
             break
     return val_accuracy
+
+
+def read_step_sums(unread: tuple[int, int, object], epoch: int, rank: int, nonfinite_loss: str) -> np.ndarray:
+    """The float64 ``SUMS`` of a step started before, as ``(step, global_step, sums)``: read
+    (``np.asarray``, which for a GPU's copy waits for that step alone) and checked by the
+    non-finite-loss rule under ``nonfinite_loss`` (``plateau.check_loss``, naming that step).
+
+    Raises:
+        FloatingPointError: as ``plateau.check_loss``.
+    """
+    step, global_step, sums = unread
+    sums = np.asarray(sums, dtype=np.float64)
+    plateau.check_loss(float(sums[0]), epoch, step, global_step, rank, nonfinite_loss)
+    return sums
 
 
 def run(rules: Rules, backend: Backend, observer, stop_request: stop.StopRequest, resume: Resume,

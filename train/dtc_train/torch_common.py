@@ -501,18 +501,42 @@ class Batches:
         return self.iterator.checkpoints()[0]
 
 
+class PendingSums:
+    """A GPU step's float64 [loss sum, correct, samples] on their way to the host: a copy into
+    pinned host memory queued behind the step, and a CUDA event after it. Reading them
+    (``np.asarray``) waits for that step alone, not for the steps queued since: a ``.item()``
+    per step instead makes the host wait for the GPU to drain before it prepares the next step,
+    which cost the trainers 7-11 % of ResNet-50's speed on an H200 against a loop without it
+    (the GPU suite's B5, docs/performance.md; PyTorch's "Performance Tuning Guide": avoid
+    unnecessary CPU-GPU synchronization)."""
+
+    def __init__(self, device_sums: torch.Tensor, samples: float):
+        """``device_sums``: float64 [loss sum, correct] on the GPU; ``samples``: the step's."""
+        self.host = torch.empty(device_sums.shape, dtype=torch.float64, pin_memory=True)
+        self.host.copy_(device_sums, non_blocking=True)
+        self.copied = torch.cuda.Event()
+        self.copied.record()
+        self.samples = samples
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        self.copied.synchronize()
+        return np.array([*self.host.tolist(), self.samples], dtype=dtype or np.float64)
+
+
 def train_step(model, optimizer, train_batches, precision: Precision = FP32, label_smoothing: float = 0.0,
-               accumulation: Accumulation = NO_ACCUMULATION) -> torch.Tensor:
+               accumulation: Accumulation = NO_ACCUMULATION) -> "torch.Tensor | PendingSums":
     """One optimizer step on the next ``accumulation.micro_batches`` (images, labels) of
     ``train_batches``: for each, the forward pass and loss (cross-entropy, with
     ``label_smoothing``) in ``precision`` and the backward pass of the loss over
     ``micro_batches``, all but the last under ``accumulation.local`` (no allreduce); then the
-    step. Returns this rank's float64 [loss sum, correct, samples] over the micro-batches."""
+    step. Returns this rank's float64 [loss sum, correct, samples] over the micro-batches: a
+    tensor on a CPU; on a GPU, ``PendingSums`` (the step is only queued when this returns)."""
     # per step, only what the step needs: no autocast context in fp32, no division by 1 (each an
     # op of its own, forward and backward: about 2 % of a digits step on one core, A8)
     micro_batches = accumulation.micro_batches
     optimizer.zero_grad()
     loss_sum = correct = samples = 0.0
+    on_gpu = None
     for index in range(micro_batches):
         images, labels = next(train_batches)
         last = index == micro_batches - 1
@@ -521,10 +545,16 @@ def train_step(model, optimizer, train_batches, precision: Precision = FP32, lab
                 logits = model(images)
                 loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
             precision.backward(loss if micro_batches == 1 else loss / micro_batches)
-        loss_sum += loss.item() * len(labels)
-        correct += (logits.argmax(1) == labels).sum().item()
+        if images.device.type == "cuda":   # stays on the GPU: no synchronization
+            sums = torch.stack([loss.detach().double() * len(labels), (logits.argmax(1) == labels).sum().double()])
+            on_gpu = sums if on_gpu is None else on_gpu + sums
+        else:
+            loss_sum += loss.item() * len(labels)
+            correct += (logits.argmax(1) == labels).sum().item()
         samples += len(labels)
     precision.step(optimizer)
+    if on_gpu is not None:
+        return PendingSums(on_gpu, samples)   # the samples are known here: no copy to the GPU and back
     return torch.tensor([loss_sum, correct, samples], dtype=torch.float64)
 
 
@@ -644,12 +674,12 @@ class TorchBackend:
         for group in self.optimizer.param_groups:
             group["lr"] = rate
 
-    def train_step(self, global_step: int) -> np.ndarray:
+    def train_step(self, global_step: int) -> "np.ndarray | PendingSums":
         self.profiler.before_step(global_step)
         sums = train_step(self.model, self.optimizer, self.train_batches, self.precision, self.args.label_smoothing,
                           self.accumulation)
         self.profiler.after_step(global_step)
-        return sums.numpy()
+        return sums if isinstance(sums, PendingSums) else sums.numpy()
 
     def total(self, sums: np.ndarray, name: str) -> np.ndarray:
         return self.collectives.allreduce_sum(torch.from_numpy(sums), name).numpy()
