@@ -132,23 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     device = torch_common.device_for(args.data_device, local_rank)
     _init_process_group(device)
     rank, size = dist.get_rank(), dist.get_world_size()
-    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     common.configure_logging(rank)
-    torch.manual_seed(args.seed)
-    dali_device_id = local_rank if device.type == "cuda" else None
-    torch_common.set_threads_per_rank(local_size)
     collectives = _collectives(device)
-
-    place = dali_data.Place(rank, size, local_rank, local_size, contract.current_host())
-    data = dali_data.rank_data(args.train_channel, args.validation_channel, args.batch_size, place,
-                               collectives.allgather_object, args.corrupt_images)
-    common.log.info("PyTorch %s %s (%s): rank %d/%d on %s (host %s); %s; DALI decodes on %s", torch.__version__,
-                    "FSDP2" if args.data_parallel == "fsdp" else "DDP", dist.get_backend(), rank, size, device,
-                    contract.current_host(), data.describe(),
-                    "gpu" if dali_device_id is not None else "cpu")
-
-    layout = torch_common.memory_format(device, args.data_parallel)
-    module = torch_common.build_model(choice, data.classes, rank, device, layout)
+    place = dali_data.Place(rank, size, local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                            contract.current_host())
+    setup = torch_common.set_up_rank(args, choice, place, device, collectives.allgather_object, args.data_parallel,
+                                     f" {'FSDP2' if args.data_parallel == 'fsdp' else 'DDP'} ({dist.get_backend()}): "
+                                     f"rank {rank}/{size}")
+    module, data = setup.module, setup.data
     micro_batches = args.gradient_accumulation_steps
     if args.data_parallel == "fsdp":
         model = fully_shard_model(module, device, size)
@@ -165,9 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     resume = torch_common.restore(args, model, optimizer, rank, size,
                                   data.read_order(args.batch_size, args.seed, micro_batches), micro_batches,
                                   collectives, states, precision, host_sharded=data.train.host_sharded)
-    code = torch_common.train(args, model, module, optimizer, data, device, dali_device_id, rank, size, collectives,
-                              stop_request, resume, args.data_parallel, choice, states, precision,
-                              buffers_synced=args.data_parallel == "ddp", accumulation=accumulation, layout=layout)
+    code = torch_common.train(args, model, module, optimizer, data, device, setup.dali_device_id, rank, size,
+                              collectives, stop_request, resume, args.data_parallel, choice, states, precision,
+                              buffers_synced=args.data_parallel == "ddp", accumulation=accumulation,
+                              layout=setup.layout)
     if code == 0:
         dist.barrier()   # every rank leaves after rank 0 has saved
     dist.destroy_process_group()

@@ -56,21 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     common.configure_logging(rank)
-    torch.manual_seed(args.seed)
     device = torch_common.device_for(args.data_device, hvd.local_rank())
-    dali_device_id = hvd.local_rank() if device.type == "cuda" else None
-    torch_common.set_threads_per_rank(hvd.local_size())
     collectives = _collectives()
-
     place = dali_data.Place(rank, size, hvd.local_rank(), hvd.local_size(), contract.current_host())
-    data = dali_data.rank_data(args.train_channel, args.validation_channel, args.batch_size, place,
-                               lambda obj: hvd.allgather_object(obj, name="channel_shards"), args.corrupt_images)
-    common.log.info("PyTorch %s, Horovod %s: rank %d/%d on %s (host %s); %s; DALI decodes on %s", torch.__version__,
-                    horovod.__version__, rank, size, device, contract.current_host(), data.describe(),
-                    "gpu" if dali_device_id is not None else "cpu")
-
-    layout = torch_common.memory_format(device, "horovod")
-    model = torch_common.build_model(choice, data.classes, rank, device, layout)
+    setup = torch_common.set_up_rank(args, choice, place, device,
+                                     lambda obj: hvd.allgather_object(obj, name="channel_shards"), "horovod",
+                                     f", Horovod {horovod.__version__}: rank {rank}/{size}")
+    model, data = setup.module, setup.data
     # wrapped before the checkpoint is loaded: the wrapper is a new optimizer object whose state
     # starts empty, so state loaded into the plain one (momentum buffers) would be dropped
     # Horovod counts the backward passes of an accumulated step itself: no context needed
@@ -87,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     # from the checkpoint; a new job's are equal on every rank (same seed)
     hvd.broadcast_parameters(list(model.named_parameters()), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    code = torch_common.train(args, model, model, optimizer, data, device, dali_device_id, rank, size, collectives,
-                              stop_request, resume, "horovod", choice, precision=precision, buffers_synced=False,
-                              accumulation=accumulation, layout=layout)
+    code = torch_common.train(args, model, model, optimizer, data, device, setup.dali_device_id, rank, size,
+                              collectives, stop_request, resume, "horovod", choice, precision=precision,
+                              buffers_synced=False, accumulation=accumulation, layout=setup.layout)
     if code == 0:
         hvd.join()   # every rank leaves after rank 0 has saved
     return code

@@ -26,20 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     choice = torch_common.model_choice(args)
     stop_request = stop.StopRequest()
     common.configure_logging(0)
-    torch.manual_seed(args.seed)
     device = torch_common.device_for(args.data_device, 0)
-    dali_device_id = 0 if device.type == "cuda" else None
-    torch_common.set_threads_per_rank(1)
     collectives = torch_common.Collectives.alone()
-
-    place = dali_data.Place(0, 1, 0, 1, contract.current_host())
-    data = dali_data.rank_data(args.train_channel, args.validation_channel, args.batch_size, place,
-                               collectives.allgather_object, args.corrupt_images)
-    common.log.info("PyTorch %s: one process on %s (host %s); %s; DALI decodes on %s", torch.__version__, device,
-                    contract.current_host(), data.describe(), "gpu" if dali_device_id is not None else "cpu")
-
-    layout = torch_common.memory_format(device, "single")
-    model = torch_common.build_model(choice, data.classes, 0, device, layout)
+    setup = torch_common.set_up_rank(args, choice, dali_data.Place(0, 1, 0, 1, contract.current_host()), device,
+                                     collectives.allgather_object, "single", ": one process")
+    model, data = setup.module, setup.data
     accumulation = torch_common.Accumulation(args.gradient_accumulation_steps)   # gradients add up in .grad
     accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)   # too few batches: refused here
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
@@ -48,9 +39,9 @@ def main(argv: list[str] | None = None) -> int:
                                   data.read_order(args.batch_size, args.seed, accumulation.micro_batches),
                                   accumulation.micro_batches, collectives, precision=precision,
                                   host_sharded=data.train.host_sharded)
-    return torch_common.train(args, model, model, optimizer, data, device, dali_device_id, 0, 1, collectives,
+    return torch_common.train(args, model, model, optimizer, data, device, setup.dali_device_id, 0, 1, collectives,
                               stop_request, resume, "single", choice, precision=precision,
-                              accumulation=accumulation, layout=layout)
+                              accumulation=accumulation, layout=setup.layout)
 
 
 if __name__ == "__main__":

@@ -154,6 +154,47 @@ def memory_format(device: torch.device, data_parallel: str) -> torch.memory_form
     return torch.channels_last if channels_last else torch.contiguous_format
 
 
+@dataclass(frozen=True)
+class RankSetup:
+    """What every PyTorch backend sets up alike on a rank before its data-parallel wrapper
+    (``set_up_rank``).
+
+    Attributes:
+        data: this rank's share of the channels (``dali_data.RankData``).
+        dali_device_id: the GPU DALI decodes on (the local rank's), or ``None`` on a CPU.
+        layout: the memory format of the model's 4-D weights and the batches (``memory_format``).
+        module: the untrained model (``build_model``), on the rank's device, not wrapped.
+    """
+
+    data: dali_data.RankData
+    dali_device_id: int | None
+    layout: torch.memory_format
+    module: torch.nn.Module
+
+
+def set_up_rank(args, choice: torch_model.ModelChoice, place: dali_data.Place, device: torch.device,
+                allgather_object: Callable[[object], list], data_parallel: str, runtime: str) -> RankSetup:
+    """Seeds ``torch`` (``args.seed``: every rank builds the same weights), sets the intra-op
+    threads for the host's ranks (``set_threads_per_rank``), reads this rank's share of the
+    channels (``dali_data.rank_data``, ``allgather_object`` comparing the ranks' files), logs the
+    start-up line (``PyTorch <version><runtime> on <device> (host <host>); <data>; DALI decodes on
+    <gpu|cpu>``, e.g. ``runtime`` ``", Horovod 0.28.1: rank 0/2"``) and builds the model in the
+    layout of ``data_parallel`` (``memory_format``: ``ddp``, ``fsdp``, ``horovod`` or ``single``).
+
+    Raises:
+        FileNotFoundError, ValueError: the channels' (``dali_data.rank_data``).
+    """
+    torch.manual_seed(args.seed)
+    dali_device_id = place.local_rank if device.type == "cuda" else None
+    set_threads_per_rank(place.local_size)
+    data = dali_data.rank_data(args.train_channel, args.validation_channel, args.batch_size, place, allgather_object,
+                               args.corrupt_images)
+    common.log.info("PyTorch %s%s on %s (host %s); %s; DALI decodes on %s", torch.__version__, runtime, device,
+                    place.host, data.describe(), "gpu" if dali_device_id is not None else "cpu")
+    layout = memory_format(device, data_parallel)
+    return RankSetup(data, dali_device_id, layout, build_model(choice, data.classes, place.rank, device, layout))
+
+
 def build_model(choice: torch_model.ModelChoice, classes: tuple[str, ...], rank: int, device: torch.device,
                 layout: torch.memory_format = torch.contiguous_format) -> torch.nn.Module:
     """The untrained model for ``classes`` (seed ``torch`` first: every rank builds the same
