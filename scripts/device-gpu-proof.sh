@@ -31,7 +31,9 @@
 # Env: WORK (default /tmp/gpuproof), PYTHON (default python3), CUDA_ARCH (default: the GPU's, e.g. 90),
 # QUICK=1 (run: one epoch per job, the suite's --quick; to rehearse `run` on a CPU machine);
 # SUITE_PARTS (run: default B1,B2,B3,B5), SUITE_TIMEOUT_S (run: the suite's limit, default 480), B5_TRAINERS (run: default single,horovod,ddp), TRAINER_JOBS (run: whose
-# trainer jobs run, default single,horovod,ddp; 0: none, the suite only);
+# trainer jobs run, default single,horovod,ddp; 0: none, the suite only); HOROVOD=0 (build and run: no
+# Horovod build, check or trainer: the defaults of TRAINER_JOBS and B5_TRAINERS drop horovod, and
+# SUITE_PARTS's drops B3, Horovod's overhead; saves the build's 2 minutes when device time is short);
 # prepare: HOST_PYTHON (default .venv/bin/python), DALI_ARCHIVE (a dali.tar.zst made before, to skip
 # the 10-minute compression). prepare needs Debian's zstd and unzip, which `make setup` does not
 # install: no test runs this script (it needs a lent GPU machine).
@@ -123,6 +125,10 @@ unpack() {   # Horovod's source and the job trees
 }
 
 build() {
+  if [ "${HOROVOD:-1}" = 0 ]; then   # run: no Horovod check, jobs or B5 trainer
+    mkdir -p "$WORK" && echo 'rc=skipped (HOROVOD=0)' > "$WORK/build.done" && log "Horovod not built (HOROVOD=0)"
+    return 0
+  fi
   unpack
   local src; src="$(ls -d "$WORK"/stage/src/horovod-*)"
   local nccl; nccl="$("$PYTHON" -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])')"
@@ -173,8 +179,12 @@ run() {
   local built; built="$(cat "$WORK/build.done" 2>/dev/null || echo 'rc=timeout')"
   echo "{\"step\": \"horovod-build\", \"result\": \"$built\"}" >> "$results"
   log "horovod build: $built"
-  "$PYTHON" -m pip install -q --no-deps --no-compile --target "$site" "$WORK"/dist/horovod-*.whl \
-    > "$logs/horovod-install.log" 2>&1 || log "horovod install failed"
+  local horovod_jobs=horovod,
+  if [ "${HOROVOD:-1}" = 0 ]; then horovod_jobs=""
+  else
+    "$PYTHON" -m pip install -q --no-deps --no-compile --target "$site" "$WORK"/dist/horovod-*.whl \
+      > "$logs/horovod-install.log" 2>&1 || log "horovod install failed"
+  fi
   if [ ! -d "$site/nvidia/dali" ]; then
     for archive in dali dali-deps; do
       cat "$WORK/parts/$archive.tar.zst".[0-9] > "$WORK/$archive.tar.zst"
@@ -186,7 +196,7 @@ run() {
   { nvidia-smi; "$PYTHON" -c 'import torch, sys; print(sys.version); print("torch", torch.__version__, torch.version.cuda)'
     nvcc --version; } > "$logs/machine.txt" 2>&1
 
-  "$PYTHON" - <<'EOF' > "$logs/horovod-check.log" 2>&1
+  [ -z "$horovod_jobs" ] || "$PYTHON" - <<'EOF' > "$logs/horovod-check.log" 2>&1
 import json, torch, horovod, horovod.torch as hvd
 hvd.init()
 torch.cuda.set_device(hvd.local_rank())
@@ -201,7 +211,8 @@ record = {"step": "horovod-check", "horovod": horovod.__version__, "size": hvd.s
           "allgather_exact": bool(torch.equal(gathered, x[:4].repeat(hvd.size()))), "device": str(total.device)}
 print(json.dumps(record))
 EOF
-  tail -n1 "$logs/horovod-check.log" | grep '^{' >> "$results" || echo '{"step": "horovod-check", "result": "failed"}' >> "$results"
+  [ -z "$horovod_jobs" ] || tail -n1 "$logs/horovod-check.log" | grep '^{' >> "$results" \
+    || echo '{"step": "horovod-check", "result": "failed"}' >> "$results"
 
   trainer_job() {   # name tree launcher-and-trainer args...
     local name="$1" tree="$2"; shift 2
@@ -232,7 +243,7 @@ EOF
   local digits=(--epochs "$digits_epochs")
   local photos=(--model resnet50 --image-size "$image_size" --batch-size 32 --learning-rate 0.02
                 --epochs "$photos_epochs" --warmup-epochs 1 --lr-schedule cosine)
-  local jobs=",${TRAINER_JOBS:-single,horovod,ddp}," parts="${SUITE_PARTS:-B1,B2,B3,B5}"
+  local jobs=",${TRAINER_JOBS:-single,${horovod_jobs}ddp}," parts="${SUITE_PARTS:-B1,B2,${horovod_jobs:+B3,}B5}"
   wanted() { [[ "$jobs" == *",$1,"* ]]; }
   local single=("$PYTHON" -m dtc_train.pytorch_single) horovod=("$PYTHON" -m dtc_train.pytorch_horovod)
   local ddp=("${torchrun[@]}" -m dtc_train.pytorch_ddp)
@@ -242,7 +253,7 @@ EOF
   log "GPU suite $parts"
   # at most 8 files come back from $OUT: the suite's results and its log, B5's logs in the tarball
   timeout "${SUITE_TIMEOUT_S:-480}" "$PYTHON" "$REPO_DIR/bench/gpu/suite.py" --out "$WORK/bench" --parts "$parts" \
-    --b5-trainers "${B5_TRAINERS:-single,horovod,ddp}" "${quick[@]}" \
+    --b5-trainers "${B5_TRAINERS:-single,${horovod_jobs}ddp}" "${quick[@]}" \
     > "$logs/gpu-suite.log" 2>&1
   echo "{\"step\": \"gpu-suite\", \"rc\": $?}" >> "$results"
   cp "$WORK/bench/gpu-results.json" "$logs/gpu-suite.log" "$out/" 2>/dev/null

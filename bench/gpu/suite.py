@@ -44,6 +44,7 @@ import common  # noqa: E402
 
 PARTS = ("B1", "B2", "B3", "B4", "B5")
 B5_TRAINERS = ("single", "horovod", "ddp")
+B5_WRAPPERS = {"ddp": "ddp"}   # trainer -> its wrapper, which the bare loop also runs in (bare_loop.py --wrap)
 B3_REPEATS = 3
 ANCHORS = {"B1": "NVIDIA DeepLearningExamples RN50 v1.5 PyTorch AMP, A100-80GB: 2470 images/s"}
 
@@ -199,10 +200,12 @@ def b5_trainer(work: Path, out: Path, name: str, batch: int, epochs: int, image_
     """B5 for the trainer ``name`` (one of ``B5_TRAINERS``) in ``work``, which holds B2's JPEGs as
     ``training`` and a validation set as ``validation``: the bare loop in that trainer's memory
     format, then the trainer (a drifting clock shows as different bare-loop rates between
-    trainers); for ``ddp`` also the bare loop in ``DistributedDataParallel`` on a group of one
-    (``--wrap ddp``), between the two: DDP's own cost apart from the trainer's. Each run's output
-    goes to ``out``. Returns each run's images/s and the overheads ``1 - trainer / bare loop``
-    (and for ``ddp``: ``1 - bare loop in DDP / bare loop``, ``1 - trainer / bare loop in DDP``)."""
+    trainers); for a trainer in ``B5_WRAPPERS`` also the bare loop in that trainer's wrapper
+    (``bare_loop.py --wrap``), between the two: the wrapper's own cost apart from the trainer's.
+    Each run's output goes to ``out``. Returns each run's images/s and the overhead
+    ``1 - trainer / bare loop``; with a wrapper ``w`` also ``bare_loop_<w>`` and the overheads
+    ``<w>_wrapper_overhead`` (``1 - bare loop in w / bare loop``) and
+    ``overhead_vs_bare_loop_<w>`` (``1 - trainer / bare loop in w``)."""
     threads = str(max(2, len(os.sched_getaffinity(0))))
     model = ["--model", "resnet50", "--image-size", str(image_size), "--batch-size", str(batch),
              "--epochs", str(epochs), "--dali-threads", threads]
@@ -214,16 +217,17 @@ def b5_trainer(work: Path, out: Path, name: str, batch: int, epochs: int, image_
                     "-m", "dtc_train.pytorch_ddp", *trainer]}[name]
     bare = [sys.executable, str(HERE.parent / "programs" / "bare_loop.py"), *model, "--device", "cuda",
             "--precision", "bf16", "--data-parallel", name]   # --data-parallel: that trainer's memory format
-    bare_rate = b5_run(work, out, f"bare-loop-{name}", bare, epochs)
-    result = {"bare_loop": bare_rate}
-    if name == "ddp":   # the bare loop in DDP too: DDP's own cost apart from the trainer's
-        result["bare_loop_ddp"] = b5_run(work, out, "bare-loop-ddp-wrapped", [*bare, "--wrap", "ddp"], epochs)
+    result = {"bare_loop": b5_run(work, out, f"bare-loop-{name}", bare, epochs)}
+    wrapper = B5_WRAPPERS.get(name)
+    if wrapper:
+        result[f"bare_loop_{wrapper}"] = b5_run(work, out, f"bare-loop-{wrapper}-wrapped",
+                                                [*bare, "--wrap", wrapper], epochs)
     result["trainer"] = b5_run(work, out, f"trainer-{name}", argv, epochs)
-    result["overhead"] = 1 - result["trainer"]["images_per_s"] / bare_rate["images_per_s"]
-    if name == "ddp":
-        result["ddp_wrapper_overhead"] = 1 - result["bare_loop_ddp"]["images_per_s"] / bare_rate["images_per_s"]
-        result["overhead_vs_bare_loop_ddp"] = (1 - result["trainer"]["images_per_s"]
-                                               / result["bare_loop_ddp"]["images_per_s"])
+    rate = {key: run["images_per_s"] for key, run in result.items()}
+    result["overhead"] = 1 - rate["trainer"] / rate["bare_loop"]
+    if wrapper:
+        result[f"{wrapper}_wrapper_overhead"] = 1 - rate[f"bare_loop_{wrapper}"] / rate["bare_loop"]
+        result[f"overhead_vs_bare_loop_{wrapper}"] = 1 - rate["trainer"] / rate[f"bare_loop_{wrapper}"]
     return result
 
 

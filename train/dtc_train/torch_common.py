@@ -565,13 +565,14 @@ class PendingSums:
 
 
 def train_step(model, optimizer, train_batches, precision: Precision = FP32, label_smoothing: float = 0.0,
-               accumulation: Accumulation = NO_ACCUMULATION) -> "torch.Tensor | PendingSums":
+               accumulation: Accumulation = NO_ACCUMULATION) -> "np.ndarray | PendingSums":
     """One optimizer step on the next ``accumulation.micro_batches`` (images, labels) of
     ``train_batches``: for each, the forward pass and loss (cross-entropy, with
     ``label_smoothing``) in ``precision`` and the backward pass of the loss over
     ``micro_batches``, all but the last under ``accumulation.local`` (no allreduce); then the
-    step. Returns this rank's float64 [loss sum, correct, samples] over the micro-batches: a
-    tensor on a CPU; on a GPU, ``PendingSums`` (the step is only queued when this returns)."""
+    step. Returns this rank's float64 [loss sum, correct, samples] over the micro-batches: an
+    array on a CPU; on a GPU, ``PendingSums`` (the step is only queued when this returns), which
+    ``np.asarray`` reads the same way."""
     # per step, only what the step needs: no autocast context in fp32, no division by 1 (each an
     # op of its own, forward and backward: about 2 % of a digits step on one core, A8)
     micro_batches = accumulation.micro_batches
@@ -596,7 +597,7 @@ def train_step(model, optimizer, train_batches, precision: Precision = FP32, lab
     precision.step(optimizer)
     if on_gpu is not None:
         return PendingSums(on_gpu, samples)   # the samples are known here: no copy to the GPU and back
-    return torch.tensor([loss_sum, correct, samples], dtype=torch.float64)
+    return np.array([loss_sum, correct, samples], dtype=np.float64)
 
 
 def evaluate(model, val_batches: Batches, shard: dali_data.Shard, collectives: Collectives) -> tuple[float, float, int]:
@@ -720,7 +721,7 @@ class TorchBackend:
         sums = train_step(self.model, self.optimizer, self.train_batches, self.precision, self.args.label_smoothing,
                           self.accumulation)
         self.profiler.after_step(global_step)
-        return sums if isinstance(sums, PendingSums) else sums.numpy()
+        return sums
 
     def total(self, sums: np.ndarray, name: str) -> np.ndarray:
         return self.collectives.allreduce_sum(torch.from_numpy(sums), name).numpy()
