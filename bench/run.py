@@ -49,10 +49,13 @@ def container(*argv: str, timeout_s: float = 7200) -> subprocess.CompletedProces
 
 def run_suite(image: str | None, out: Path, quick: bool, only: str, repeats: int) -> None:
     """The suite in ``image`` (algo-1 resolves to loopback there, as the stock toolkit of A4
-    needs), or with this process's Python (the host's virtual environment) when ``image`` is None."""
+    needs), or with this process's Python (the host's virtual environment, its bin first on PATH
+    for the trainers' `train`) when ``image`` is None."""
     flags = ["--only", only, "--repeats", str(repeats)] + (["--quick"] if quick else [])
     if image is None:
-        done = subprocess.run([sys.executable, str(HERE / "suite.py"), "--out", str(out), *flags], text=True)
+        venv_bin = Path(sys.executable).parent
+        done = subprocess.run([sys.executable, str(HERE / "suite.py"), "--out", str(out), *flags], text=True,
+                              env={**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"})
     else:
         done = container("run", "--rm", "--shm-size", "1g", "--hostname", "algo-1", "--add-host", "algo-1:127.0.0.1",
                          "-v", f"{HERE}:/bench:ro", "-v", f"{out}:/out", image, "python", "/bench/suite.py", "--out",
