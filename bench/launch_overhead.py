@@ -5,6 +5,8 @@
   stock sagemaker-training 5.1.4 ``train`` (``sagemaker_training.cli.train``, which this image's
   command shadows) on the same tree, in the same container (host ``algo-1`` resolves to loopback,
   as the toolkit needs).
+  Both ``train`` runs are timed with the preflight off (the dispatch alone), and once more with it
+  on (``ours-single-preflight``, its ``quick`` mode on one CPU host: the seconds it adds).
 * A5, distributed start: ``train`` start -> every rank past its first barrier
   (``programs/barrier.py``: mpi4py's under mpirun, a gloo process group's under torchrun), against
   the bare launcher on the same program (``mpirun -np 2``, ``torchrun --nproc_per_node 2``).
@@ -71,9 +73,11 @@ def dispatch_cases(work: Path) -> dict[str, tuple[list[str], dict, int]]:
     mpi = {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2}
     single_tree = job_tree(work / "single" / "opt" / "ml", "first_line.py", {})
     mpi_tree = job_tree(work / "mpi" / "opt" / "ml", "first_line.py", mpi)
-    base = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    base = {**os.environ, "PYTHONUNBUFFERED": "1", "DTC_PREFLIGHT": "off"}
     return {
         "ours-single": (["train"], {**base, "SAGEMAKER_BASE_DIR": str(single_tree)}, 1),
+        "ours-single-preflight": (["train"], {**base, "SAGEMAKER_BASE_DIR": str(single_tree), "DTC_PREFLIGHT": "quick"},
+                                  1),
         "stock-single": (STOCK_TRAIN, {**base, "SAGEMAKER_BASE_DIR": str(single_tree)}, 1),
         "ours-mpi2": (["train"], {**base, "SAGEMAKER_BASE_DIR": str(mpi_tree)}, 2),
         "stock-mpi2": (STOCK_TRAIN, {**base, "SAGEMAKER_BASE_DIR": str(mpi_tree)}, 2),
@@ -81,8 +85,8 @@ def dispatch_cases(work: Path) -> dict[str, tuple[list[str], dict, int]]:
 
 
 def distributed_start_cases(work: Path) -> dict[str, tuple[list[str], dict, int]]:
-    """A5: variant -> (argv, env, ranks); each ``ours-*`` has a ``bare-*`` baseline."""
-    base = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    """A5: variant -> (argv, env, ranks); each ``ours-*`` has a ``bare-*`` baseline (the preflight off)."""
+    base = {**os.environ, "PYTHONUNBUFFERED": "1", "DTC_PREFLIGHT": "off"}
     program = str(PROGRAMS / "barrier.py")
     mpi_tree = job_tree(work / "a5-mpi" / "opt" / "ml", "barrier.py",
                         {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2})

@@ -148,6 +148,9 @@ def analyse(records: list[dict]) -> tuple[dict, list[dict]]:
             ours, stock = a4[(f"ours-{mode}",)]["median"], a4[(f"stock-{mode}",)]["median"]
             ratio("A4", f"train -> first line, {mode}: ours / stock toolkit", ours / stock, 0.15, False)
             ratio("A4", f"train -> first line, {mode}: ours (s)", ours, 0.3, False)
+        if ("ours-single-preflight",) in a4:
+            ratio("A4", "train -> first line, single: seconds the preflight (quick, one CPU host) adds",
+                  a4[("ours-single-preflight",)]["median"] - a4[("ours-single",)]["median"], None)
     a5 = medians(records, "A5", "time_s")
     if a5:
         summaries["A5"] = {v: m for (v,), m in a5.items()}

@@ -11,18 +11,22 @@
 #                        trees (dtc_local.job_tree), and splits it all into parts of at most 56 MB:
 #                        .gpuproof-1/, .gpuproof-2/, ... (git ignores them; carry one per device call).
 #   stage                (there, once per part) moves the carried parts to $WORK.
-#   build                (there) starts the Horovod build in the background (setsid): PyTorch with NCCL
+#   build                (there) starts the Horovod builds in the background (setsid): PyTorch with NCCL
 #                        operations (HOROVOD_GPU_OPERATIONS=NCCL, linked against the NCCL that torch
-#                        loads) and Gloo, for the GPU's compute capability. No TensorFlow there; no MPI.
-#   run                  (there) waits for the build, installs Horovod and DALI into $WORK/site, and runs
+#                        loads) and Gloo, one per entry of HOROVOD_ARCHS (default: the GPU's compute
+#                        capability). No TensorFlow there; no MPI.
+#   run                  (there) waits for the builds, installs Horovod and DALI into $WORK/site, and runs
+#                        0. PROOF_STEPS: the preflight's modules with each Horovod build
+#                           (bench/gpu/preflight_proof.py) and a stalled NCCL collective's Flight Recorder
+#                           dump (tests/gpu/in_image/test_flight_recorder.py);
 #                        1. Horovod's build flags and an allreduce on the GPU (exact values);
 #                        2. the built-in PyTorch trainers on the GPU: one process with no distribution,
 #                           Horovod (one rank, as Horovod runs without a launcher) and DDP (torchrun, one
 #                           process), each with `precision` on, on the digits and on the photos with
 #                           ResNet-50 at 224 px;
 #                        3. the GPU suite's B1 (ResNet-50), B2 (DALI against a DataLoader), B3 (Horovod's
-#                           overhead) and B5 (ResNet-50 through the built-in trainers against a bare loop):
-#                           bench/gpu/suite.py --parts $SUITE_PARTS.
+#                           overhead), B5 (ResNet-50 through the built-in trainers against a bare loop) and
+#                           B6 (the trainer with torch.compile): bench/gpu/suite.py --parts $SUITE_PARTS.
 #                        and writes $OUT/gpu-proof.jsonl (one result per step, as it goes), the suite's
 #                        $OUT/gpu-results.json and gpu-suite.log, and $OUT/gpu-proof-logs.tar.gz (every log).
 # One GPU allows one rank per framework: NCCL refuses two ranks on one GPU, so multi-rank collectives
@@ -30,7 +34,10 @@
 #
 # Env: WORK (default /tmp/gpuproof), PYTHON (default python3), CUDA_ARCH (default: the GPU's, e.g. 90),
 # QUICK=1 (run: one epoch per job, the suite's --quick; to rehearse `run` on a CPU machine);
-# SUITE_PARTS (run: default B1,B2,B3,B5), SUITE_TIMEOUT_S (run: the suite's limit, default 480), B5_TRAINERS (run: default single,horovod,ddp), TRAINER_JOBS (run: whose
+# PROOF_STEPS (run: preflight,flight-recorder by default: bench/gpu/preflight_proof.py with each Horovod build,
+# PREFLIGHT_TIMEOUT_S; tests/gpu/in_image/test_flight_recorder.py, FR_TIMEOUT_S), HOROVOD_ARCHS (build: one
+# Horovod build per entry, e.g. "90 80": the GPU's and one without it; default the GPU's);
+# SUITE_PARTS (run: default B1,B2,B3,B5; 0: no suite), SUITE_TIMEOUT_S (run: the suite's limit, default 480), B5_TRAINERS (run: default single,horovod,ddp), TRAINER_JOBS (run: whose
 # trainer jobs run, default single,horovod,ddp; 0: none, the suite only); HOROVOD=0 (build and run: no
 # Horovod build, check or trainer: the defaults of TRAINER_JOBS and B5_TRAINERS drop horovod, and
 # SUITE_PARTS's drops B3, Horovod's overhead; saves the build's 2 minutes when device time is short);
@@ -135,7 +142,7 @@ build() {
   # the linker wants the unversioned name; a private NCCL home leaves torch's package untouched
   mkdir -p "$WORK/nccl/lib" && ln -sfn "$nccl/include" "$WORK/nccl/include" \
     && ln -sf "$nccl/lib/libnccl.so.2" "$WORK/nccl/lib/libnccl.so.2" && ln -sf libnccl.so.2 "$WORK/nccl/lib/libnccl.so"
-  local arch="${CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr -d .)}"
+  local gpu_arch; gpu_arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr -d .)"
   local cuda_home; cuda_home="$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")"
   "$PYTHON" -m pip install -q --no-index --no-deps --target "$WORK/build-site" "$WORK"/stage/build-wheels/*.whl \
     || die "cffi for the build"
@@ -143,20 +150,28 @@ build() {
   # notes), which Horovod 0.28.1's common/ sources rely on; forced here, for this compiler only. The image
   # builds with Debian bookworm's GCC 12 and needs no such flag.
   local cxxflags="-include cstdint -include string -include stdexcept"
-  log "building Horovod from $src against torch $("$PYTHON" -c 'import torch; print(torch.__version__)')," \
-    "NCCL at $nccl, sm_$arch"
-  # shellcheck disable=SC2016  # $ORIGIN is for the dynamic linker
-  setsid env PYTHONPATH="$WORK/build-site" CXXFLAGS="$cxxflags" \
-    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_GLOO=1 \
-    HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_LINK=SHARED HOROVOD_NCCL_HOME="$WORK/nccl" \
-    HOROVOD_CUDA_HOME="$cuda_home" CUDA_HOME="$cuda_home" CUDACXX="$cuda_home/bin/nvcc" PATH="$cuda_home/bin:$PATH" \
-    HOROVOD_BUILD_CUDA_CC_LIST="$arch" \
-    CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$(nproc)" \
-    LDFLAGS='-Wl,-rpath,$ORIGIN/../../torch/lib:$ORIGIN/../../nvidia/nccl/lib' \
-    bash -c "start=\$(date +%s); '$PYTHON' -m pip wheel -v --no-deps --no-build-isolation -w '$WORK/dist' '$src' \
-      > '$WORK/build.log' 2>&1; echo \"rc=\$? seconds=\$(( \$(date +%s) - start ))\" > '$WORK/build.done'" \
-    < /dev/null > /dev/null 2>&1 &
-  log "build started in the background: $WORK/build.log, $WORK/build.done when it ends"
+  # HOROVOD_ARCHS: one build per entry, each its own copy of the source, side by side (the first is the one
+  # the trainers and the suite use; a build without the GPU's arch is the preflight's refusal case)
+  local archs jobs
+  read -r -a archs <<< "${HOROVOD_ARCHS:-${CUDA_ARCH:-$gpu_arch}}"
+  jobs=$(( $(nproc) / ${#archs[@]} ))
+  echo "${archs[*]}" > "$WORK/build.archs"
+  for arch in "${archs[@]}"; do
+    cp -a "$src" "$WORK/src-$arch"
+    log "building Horovod for sm_$arch from $src against torch $("$PYTHON" -c 'import torch; print(torch.__version__)'), NCCL at $nccl"
+    # shellcheck disable=SC2016  # $ORIGIN is for the dynamic linker
+    setsid env PYTHONPATH="$WORK/build-site" CXXFLAGS="$cxxflags" \
+      HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_GLOO=1 \
+      HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_LINK=SHARED HOROVOD_NCCL_HOME="$WORK/nccl" \
+      HOROVOD_CUDA_HOME="$cuda_home" CUDA_HOME="$cuda_home" CUDACXX="$cuda_home/bin/nvcc" PATH="$cuda_home/bin:$PATH" \
+      HOROVOD_BUILD_CUDA_CC_LIST="$arch" \
+      CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$jobs" \
+      LDFLAGS='-Wl,-rpath,$ORIGIN/../../torch/lib:$ORIGIN/../../nvidia/nccl/lib' \
+      bash -c "start=\$(date +%s); '$PYTHON' -m pip wheel -v --no-deps --no-build-isolation -w '$WORK/dist-$arch' \
+        '$WORK/src-$arch' > '$WORK/build-$arch.log' 2>&1; echo \"rc=\$? seconds=\$(( \$(date +%s) - start ))\" \
+        > '$WORK/build-$arch.done'" < /dev/null > /dev/null 2>&1 &
+  done
+  log "builds started in the background: $WORK/build-<arch>.log, build-<arch>.done when each ends"
 }
 
 zstd_cat() {   # FILE: its decompressed bytes; pyarrow's zstd codec where the zstd program is missing
@@ -173,17 +188,21 @@ run() {
   mkdir -p "$logs" "$site" && : > "$results"
   unpack
   export PYTHONUNBUFFERED=1
-  log "waiting for the Horovod build"
-  for _ in $(seq 420); do [ -e "$WORK/build.done" ] && break; sleep 1; done
-  cp "$WORK/build.log" "$logs/horovod-build.log" 2>/dev/null
-  local built; built="$(cat "$WORK/build.done" 2>/dev/null || echo 'rc=timeout')"
-  echo "{\"step\": \"horovod-build\", \"result\": \"$built\"}" >> "$results"
-  log "horovod build: $built"
-  local horovod_jobs=horovod,
+  log "waiting for the Horovod builds"
+  local archs=() horovod_jobs=horovod,
   if [ "${HOROVOD:-1}" = 0 ]; then horovod_jobs=""
   else
-    "$PYTHON" -m pip install -q --no-deps --no-compile --target "$site" "$WORK"/dist/horovod-*.whl \
-      > "$logs/horovod-install.log" 2>&1 || log "horovod install failed"
+    read -r -a archs < "$WORK/build.archs"
+    for arch in "${archs[@]}"; do
+      for _ in $(seq 420); do [ -e "$WORK/build-$arch.done" ] && break; sleep 1; done
+      cp "$WORK/build-$arch.log" "$logs/horovod-build-$arch.log" 2>/dev/null
+      echo "{\"step\": \"horovod-build-$arch\", \"result\": \"$(cat "$WORK/build-$arch.done" 2>/dev/null || echo timeout)\"}" \
+        >> "$results"
+      # the first build goes with the trainers; each also alone under $WORK/horovod-<arch> for the preflight
+      "$PYTHON" -m pip install -q --no-deps --no-compile --target "$WORK/horovod-$arch" "$WORK/dist-$arch"/horovod-*.whl \
+        > "$logs/horovod-install-$arch.log" 2>&1 || log "horovod install for sm_$arch failed"
+    done
+    cp -a "$WORK/horovod-${archs[0]}"/. "$site"/
   fi
   if [ ! -d "$site/nvidia/dali" ]; then
     for archive in dali dali-deps; do
@@ -195,6 +214,23 @@ run() {
   export PYTHONPATH="$site:$REPO_DIR/train:$REPO_DIR/entrypoint:$REPO_DIR/bench"
   { nvidia-smi; "$PYTHON" -c 'import torch, sys; print(sys.version); print("torch", torch.__version__, torch.version.cuda)'
     nvcc --version; } > "$logs/machine.txt" 2>&1
+
+  if [ -n "$horovod_jobs" ] && [[ ",${PROOF_STEPS:-preflight,flight-recorder}," == *,preflight,* ]]; then
+    local builds=()
+    for arch in "${archs[@]}"; do builds+=(--horovod "$arch=$WORK/horovod-$arch"); done
+    log "preflight proof with Horovod built for ${archs[*]}"
+    timeout "${PREFLIGHT_TIMEOUT_S:-600}" "$PYTHON" "$REPO_DIR/bench/gpu/preflight_proof.py" "${builds[@]}" \
+      --out "$results" > "$logs/preflight-proof.log" 2>&1
+    echo "{\"step\": \"preflight-proof\", \"rc\": $?}" >> "$results"
+  fi
+  if [[ ",${PROOF_STEPS:-preflight,flight-recorder}," == *,flight-recorder,* ]]; then
+    log "Flight Recorder dump of a stalled NCCL collective"
+    mkdir -p "$WORK/fr" && cp "$REPO_DIR/tests/gpu/in_image/test_flight_recorder.py" "$WORK/fr/"
+    (cd "$WORK/fr" && timeout "${FR_TIMEOUT_S:-150}" "$PYTHON" -m pytest -c /dev/null -v -s -p no:cacheprovider test_flight_recorder.py) \
+      > "$logs/flight-recorder.log" 2>&1
+    echo "{\"step\": \"flight-recorder\", \"rc\": $?}" >> "$results"
+    cp "$logs/flight-recorder.log" "$out/" 2>/dev/null
+  fi
 
   [ -z "$horovod_jobs" ] || "$PYTHON" - <<'EOF' > "$logs/horovod-check.log" 2>&1
 import json, torch, horovod, horovod.torch as hvd
@@ -250,14 +286,16 @@ EOF
   wanted single && trainer_job single-digits-fp16 digits "${single[@]}" "${digits[@]}" --precision fp16
   wanted horovod && trainer_job horovod-digits-bf16 digits "${horovod[@]}" "${digits[@]}" --precision bf16
   wanted ddp && trainer_job ddp-digits-fp16 digits "${ddp[@]}" "${digits[@]}" --precision fp16
-  log "GPU suite $parts"
-  # at most 8 files come back from $OUT: the suite's results and its log, B5's logs in the tarball
-  timeout "${SUITE_TIMEOUT_S:-480}" "$PYTHON" "$REPO_DIR/bench/gpu/suite.py" --out "$WORK/bench" --parts "$parts" \
-    --b5-trainers "${B5_TRAINERS:-single,${horovod_jobs}ddp}" "${quick[@]}" \
-    > "$logs/gpu-suite.log" 2>&1
-  echo "{\"step\": \"gpu-suite\", \"rc\": $?}" >> "$results"
-  cp "$WORK/bench/gpu-results.json" "$logs/gpu-suite.log" "$out/" 2>/dev/null
-  cp "$WORK"/bench/b5-*.log "$logs/" 2>/dev/null
+  if [ "$parts" != 0 ]; then
+    log "GPU suite $parts"
+    # at most 8 files come back from $OUT: the suite's results and its log, B5's logs in the tarball
+    timeout "${SUITE_TIMEOUT_S:-480}" "$PYTHON" "$REPO_DIR/bench/gpu/suite.py" --out "$WORK/bench" --parts "$parts" \
+      --b5-trainers "${B5_TRAINERS:-single,${horovod_jobs}ddp}" "${quick[@]}" \
+      > "$logs/gpu-suite.log" 2>&1
+    echo "{\"step\": \"gpu-suite\", \"rc\": $?}" >> "$results"
+    cp "$WORK/bench/gpu-results.json" "$logs/gpu-suite.log" "$out/" 2>/dev/null
+    cp "$WORK"/bench/b5-*.log "$logs/" 2>/dev/null
+  fi
   wanted single && trainer_job single-photos-resnet50-bf16 photos "${single[@]}" "${photos[@]}" --precision bf16
   wanted ddp && trainer_job ddp-photos-resnet50-bf16 photos "${ddp[@]}" "${photos[@]}" --precision bf16
   wanted horovod && trainer_job horovod-photos-resnet50-fp16 photos "${horovod[@]}" "${photos[@]}" --precision fp16

@@ -6,6 +6,7 @@ Tiers (docs/development.md): tests/unit (no process started, seconds), tests/int
 tier's name, so ``-m "not cluster"`` and the like select across directories.
 """
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +16,12 @@ import pytest
 from dtc_local import job_tree
 
 TIERS = ("unit", "integration", "cluster", "image", "gpu")
+
+# The preflight (docs/preflight.md) runs before every job by default. The jobs the suite starts to
+# test other things run without it: it would add its seconds to each of some 300 jobs. Its own tests
+# (tests/*/test_preflight.py) turn it on. `train` inherits this, and the local cluster passes it to
+# its containers (dtc_local.cluster.PASSED_THROUGH).
+os.environ.setdefault("DTC_PREFLIGHT", "off")
 
 
 def gpu_available() -> bool:

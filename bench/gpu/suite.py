@@ -22,6 +22,11 @@
   model and DALI pipeline. Their own training images/s, median over epochs 2..N; the overhead is
   ``1 - trainer / bare loop`` (issue #19 item 7: <= 3 %), and the trainer against B1's synthetic
   input (a different ResNet-50 v1.5 build, channels-last: for scale only).
+* B6: the no-distribution trainer of B5 with ``compile=on`` (torch.compile, TorchInductor) against
+  itself without it, on B2's JPEGs (DALI, channels-last, bf16): images/s, median over epochs 2..N
+  (epoch 1 holds the compilation), and against MLPerf Training v4.0's per-GPU ResNet-50 figure for
+  the same GPU (NVIDIA's closed-division results, MXNet with DALI, LARS and CUDA graphs: an upper
+  bound for a torchvision model, not a target).
 
 Usage: ``python /bench/gpu/suite.py --out /out [--quick] [--parts B1,B3]`` (B3's and B2's ratios
 need B1, which is run whenever either is asked for).
@@ -42,11 +47,15 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 import common  # noqa: E402
 
-PARTS = ("B1", "B2", "B3", "B4", "B5")
+PARTS = ("B1", "B2", "B3", "B4", "B5", "B6")
 B5_TRAINERS = ("single", "horovod", "ddp")
 B5_WRAPPERS = {"ddp": "ddp"}   # trainer -> its wrapper, which the bare loop also runs in (bare_loop.py --wrap)
 B3_REPEATS = 3
-ANCHORS = {"B1": "NVIDIA DeepLearningExamples RN50 v1.5 PyTorch AMP, A100-80GB: 2470 images/s"}
+ANCHORS = {"B1": "NVIDIA DeepLearningExamples RN50 v1.5 PyTorch AMP, A100-80GB: 2470 images/s",
+           "B6": "MLPerf Training v4.0 closed, ResNet-50, NVIDIA (MXNet NGC 24.04, DALI): 8 x H100-SXM5-80GB "
+                 "57,250 images/s (7,160 per GPU), 8 x H200-SXM-141GB 63,550 (7,940 per GPU); "
+                 "mlcommons/training_results_v4.0 NVIDIA/results/{eos,h200}_ngc24.04_mxnet/resnet/result_0.txt"}
+MLPERF_PER_GPU = {"H200": 7940, "H100": 7160}   # images/s, ANCHORS["B6"]
 
 
 def train_throughput(batches, steps: int, warmup: int, batch_size: int, horovod: bool = False) -> float:
@@ -196,6 +205,30 @@ def b5_run(work: Path, out: Path, name: str, argv: list[str], epochs: int) -> di
     return {"images_per_s": statistics.median(rates), "epochs": rates}
 
 
+def trainer_args(batch: int, epochs: int, image_size: int) -> list[str]:
+    """The built-in PyTorch trainers' hyperparameters in B5 and B6 (the ``model`` part first, which
+    the bare loop shares)."""
+    threads = str(max(2, len(os.sched_getaffinity(0))))
+    return ["--model", "resnet50", "--image-size", str(image_size), "--batch-size", str(batch),
+            "--epochs", str(epochs), "--dali-threads", threads]
+
+
+def b6_compile(work: Path, out: Path, batch: int, epochs: int, image_size: int, gpu_name: str) -> dict:
+    """B6: ``dtc_train.pytorch_single`` on ``work``'s JPEGs without and with ``compile=on``; returns
+    each run's images/s, the speed-up and the compiled trainer against MLPerf's per-GPU figure for
+    ``gpu_name`` (``None`` for a GPU MLPerf v4.0 did not run)."""
+    trainer = [sys.executable, "-m", "dtc_train.pytorch_single", *trainer_args(batch, epochs, image_size),
+               "--precision", "bf16", "--data-device", "gpu", "--augment", "on", "--system-metrics-seconds", "0",
+               "--progress-seconds", "0"]
+    result = {"eager": b5_run(work, out, "trainer-single-eager", trainer, epochs)}
+    result["compiled"] = b5_run(work, out, "trainer-single-compiled", [*trainer, "--compile", "on"], epochs)
+    result["speedup"] = result["compiled"]["images_per_s"] / result["eager"]["images_per_s"]
+    anchor = next((rate for name, rate in MLPERF_PER_GPU.items() if name in gpu_name), None)
+    result["mlperf_per_gpu_images_per_s"] = anchor
+    result["compiled_vs_mlperf"] = result["compiled"]["images_per_s"] / anchor if anchor else None
+    return result
+
+
 def b5_trainer(work: Path, out: Path, name: str, batch: int, epochs: int, image_size: int) -> dict:
     """B5 for the trainer ``name`` (one of ``B5_TRAINERS``) in ``work``, which holds B2's JPEGs as
     ``training`` and a validation set as ``validation``: the bare loop in that trainer's memory
@@ -206,9 +239,7 @@ def b5_trainer(work: Path, out: Path, name: str, batch: int, epochs: int, image_
     ``1 - trainer / bare loop``; with a wrapper ``w`` also ``bare_loop_<w>`` and the overheads
     ``<w>_wrapper_overhead`` (``1 - bare loop in w / bare loop``) and
     ``overhead_vs_bare_loop_<w>`` (``1 - trainer / bare loop in w``)."""
-    threads = str(max(2, len(os.sched_getaffinity(0))))
-    model = ["--model", "resnet50", "--image-size", str(image_size), "--batch-size", str(batch),
-             "--epochs", str(epochs), "--dali-threads", threads]
+    model = trainer_args(batch, epochs, image_size)
     trainer = [*model, "--precision", "bf16", "--data-device", "gpu", "--augment", "on",
                "--system-metrics-seconds", "0", "--progress-seconds", "0"]
     argv = {"single": [sys.executable, "-m", "dtc_train.pytorch_single", *trainer],
@@ -275,7 +306,7 @@ def main(argv=None) -> None:
     results.write_text(json.dumps(result, indent=2))
     with tempfile.TemporaryDirectory() as tmp:
         jpegs = Path(tmp) / "training"
-        if parts & {"B2", "B5"}:
+        if parts & {"B2", "B5", "B6"}:
             make_jpegs(jpegs, images)
         if "B2" in parts:
             b2_dali = train_throughput(dali_batches(jpegs, batch), steps, warmup, batch)
@@ -285,9 +316,13 @@ def main(argv=None) -> None:
                             "dataloader_images_per_s": b2_loader, "dali_vs_synthetic": b2_dali / b1,
                             "dali_tuned_vs_synthetic": b2_tuned / b1, "target_dali_vs_synthetic": 0.95}
             results.write_text(json.dumps(result, indent=2))
-        if "B5" in parts:
+        epochs, image_size = (3, 64) if args.quick else (6, 224)
+        if parts & {"B5", "B6"}:
             make_jpegs(Path(tmp) / "validation", images // 10, seed=1)
-            epochs, image_size = (3, 64) if args.quick else (6, 224)
+        if "B6" in parts:
+            result["B6"] = b6_compile(Path(tmp), out, batch, epochs, image_size, result["gpus"][0])
+            results.write_text(json.dumps(result, indent=2))
+        if "B5" in parts:
             result["B5"] = {"batch_per_gpu": batch, "image_size": image_size, "precision": "bf16",
                             "target_overhead": 0.03}
             for name in trainers:   # each trainer's result written as it comes
@@ -310,7 +345,7 @@ def main(argv=None) -> None:
     if "B4" in parts:
         result["B4"] = b4_busbw(out, len(result["gpus"]), args.quick)
     results.write_text(json.dumps(result, indent=2))
-    print(json.dumps({k: result[k] for k in ("gpus", "B1", "B2", "B3", "B5") if k in result}, indent=2))
+    print(json.dumps({k: result[k] for k in ("gpus", "B1", "B2", "B3", "B5", "B6") if k in result}, indent=2))
 
 
 if __name__ == "__main__":

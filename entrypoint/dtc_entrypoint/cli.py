@@ -18,7 +18,6 @@ import traceback
 
 from . import config as job_config
 from . import (
-    fabric,
     host_identity,
     launch,
     memory,
@@ -35,12 +34,15 @@ from .errors import (
     EXIT_CONFIG_ERROR,
     EXIT_INTERNAL_ERROR,
     EXIT_PEER_ERROR,
+    EXIT_PREFLIGHT_ERROR,
     ConfigError,
     PeerError,
+    PreflightError,
     ProgramNotFoundError,
     StoppedBeforeLaunch,
 )
 from .plan import HOST_SPECIFIC_SM_VARS
+from .preflight.run import run as run_preflight
 
 log = logging.getLogger("dtc")
 # Under torchrun, how long a host whose peer's train has closed waits for its own training to end
@@ -50,6 +52,7 @@ PEER_END_GRACE_S = 20.0
 KNOWN_FRAMEWORK_PARAMETERS = {
     *strategy.STRATEGY_FLAGS, *strategy.UNSUPPORTED_FLAGS,
     job_config.MPI_PROCESSES_PER_HOST, job_config.MPI_NUM_PROCESSES, job_config.MPI_CUSTOM_OPTIONS,
+    job_config.PREFLIGHT,
     "sagemaker_instance_type", "sagemaker_distribution_instance_groups",
 }
 
@@ -210,8 +213,6 @@ def run_job(plan_only: bool) -> int:
         print(json.dumps({"current_host": config.current_host, **redact.redact_plan(plan.to_dict())}, indent=2))
         return 0
     report.clear_status(config.output_dir)
-    if warning := fabric.efa_warning():
-        log.warning("%s", warning)
     phase.current = "waiting for the other hosts"
     others = [h for h in plan.hosts if h != config.current_host]
     addresses: dict[str, str] = {}
@@ -222,6 +223,8 @@ def run_job(plan_only: bool) -> int:
     log.info("host %s: strategy=%s role=%s master=%s (first of the sorted distribution hosts) hosts=%s "
              "world_size=%d ranks here=%s tasks here=%s", config.current_host, plan.strategy, plan.role,
              plan.master_host, ",".join(plan.hosts), plan.world_size, list(plan.ranks), list(plan.tasks))
+    phase.current = "running the preflight"
+    run_preflight(config, plan)
     if plan.strategy == strategy.MPI and len(plan.hosts) > 1:
         # ranks started here by the master's mpirun load this host's identity (host_identity)
         host_identity.write({k: v for k, v in config.sm_env.items() if k in HOST_SPECIFIC_SM_VARS},
@@ -278,6 +281,10 @@ def main(argv: list[str] | None = None) -> None:
         report.write_failure(output_dir, f"{error}\n")
         log.error("%s", error)
         code = EXIT_PEER_ERROR
+    except PreflightError as error:
+        report.write_failure(output_dir, f"{error}\n")
+        log.error("%s", str(error).splitlines()[0])
+        code = EXIT_PREFLIGHT_ERROR
     except StoppedBeforeLaunch as stopped:
         report.write_failure(output_dir, f"{stopped}\n")
         log.warning("%s", stopped)

@@ -29,6 +29,10 @@ MPI_ENABLED = "sagemaker_mpi_enabled"
 MPI_PROCESSES_PER_HOST = "sagemaker_mpi_num_of_processes_per_host"
 MPI_NUM_PROCESSES = "sagemaker_mpi_num_processes"
 MPI_CUSTOM_OPTIONS = "sagemaker_mpi_custom_mpi_options"
+# The preflight (dtc_entrypoint.preflight): the hyperparameter wins over the variable.
+PREFLIGHT = "sagemaker_preflight"
+PREFLIGHT_VARIABLE = "DTC_PREFLIGHT"
+PREFLIGHT_MODES = ("off", "quick", "full")
 
 # Variables of the container's environment that launchers pass on to every process, by name
 # (mpirun -x NAME), so their values never appear in a command line or a log.
@@ -107,6 +111,9 @@ class JobConfig:
         channel_input_modes: channel -> ``File``, ``FastFile`` or ``Pipe`` (inputdataconfig.json
             ``TrainingInputMode``; ``File`` when absent), in file order.
         cache_env: ``warm_pool_cache_env``: the cache variables every process of the job gets.
+        preflight: ``off``, ``quick`` (the default) or ``full``: ``sagemaker_preflight``, else
+            ``$DTC_PREFLIGHT`` (``preflight_mode``).
+        instance_type: this host's instance type (resourceconfig ``current_instance_type``), or ``""``.
     """
 
     base_dir: str
@@ -132,6 +139,8 @@ class JobConfig:
     log_level: int = 20
     channel_input_modes: Mapping[str, str] = field(default_factory=dict)
     cache_env: Mapping[str, str] = field(default_factory=dict)
+    preflight: str = "quick"
+    instance_type: str = ""
 
     @property
     def model_dir(self) -> str:
@@ -232,6 +241,26 @@ def warm_pool_cache_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: os.path.join(root, sub) for name, sub in WARM_POOL_CACHES.items() if name not in environ}
 
 
+def preflight_mode(framework_parameters: Mapping[str, object], environ: Mapping[str, str]) -> str:
+    """The preflight's mode: the ``sagemaker_preflight`` hyperparameter, else ``$DTC_PREFLIGHT``,
+    else ``quick``.
+
+    Raises:
+        ConfigError: a value other than ``off``, ``quick`` or ``full``, naming where it came from.
+    """
+    for key, value in ((PREFLIGHT, framework_parameters.get(PREFLIGHT)), (PREFLIGHT_VARIABLE, environ.get(
+            PREFLIGHT_VARIABLE))):
+        if value in (None, ""):
+            continue
+        mode = str(value).strip().lower()
+        if mode not in PREFLIGHT_MODES:
+            where = "hyperparameter" if key == PREFLIGHT else "environment variable"
+            raise ConfigError(f"{where} {key}={value!r} is not a preflight mode: use one of "
+                              f"{', '.join(PREFLIGHT_MODES)}", key=key)
+        return mode
+    return "quick"
+
+
 def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str = sys.executable,
                      network_interface: str | None = None) -> JobConfig:
     """Builds the config from a sagemaker-training ``Environment`` and the process environment
@@ -282,6 +311,8 @@ def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str
         channel_input_modes=MappingProxyType({name: settings.get("TrainingInputMode") or "File"
                                               for name, settings in env.input_data_config.items()}),
         cache_env=MappingProxyType(warm_pool_cache_env(environ)),
+        preflight=preflight_mode(framework_parameters, environ),
+        instance_type=str(getattr(env, "current_instance_type", "") or ""),
     )
 
 

@@ -10,6 +10,8 @@ line becomes the first line of ``/opt/ml/output/failure`` and so the training jo
 EXIT_CONFIG_ERROR = 2
 EXIT_INTERNAL_ERROR = 1
 EXIT_PEER_ERROR = 3
+# The preflight found a host that cannot run the job (dtc_entrypoint.preflight).
+EXIT_PREFLIGHT_ERROR = 4
 
 
 class ConfigError(Exception):
@@ -57,3 +59,9 @@ class StoppedBeforeLaunch(BaseException):
 
         super().__init__(f"stopped by {signal.Signals(signum).name} while {phase}, before training started")
         self.signum, self.phase = signum, phase
+
+
+class PreflightError(Exception):
+    """The preflight found that a host cannot run the job (a GPU, its driver, a component's
+    architectures, the network between the hosts); the message's first line names the host and
+    what to change."""

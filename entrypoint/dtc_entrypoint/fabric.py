@@ -15,13 +15,12 @@ AWS's aws-ofi-nccl (``libnccl-net.so``; ``libnccl-net-ofi.so`` from EFA installe
 libfabric's EFA provider. NCCL looks the plugin up with ``dlopen`` (``NCCL_NET_PLUGIN`` names
 another: ``libnccl-net-<name>.so``), and without one it silently uses TCP sockets, several times
 slower across hosts. Neither Debian nor PyPI ships aws-ofi-nccl; the GPU flavor's build argument
-``INSTALL_EFA=true`` installs it with AWS's EFA installer (docs/image.md).
+``INSTALL_EFA=true`` installs it with AWS's EFA installer (docs/image.md). The preflight
+(``preflight.checks.efa_finding``) reads ``efa_devices`` and ``find_plugin`` on every host.
 """
 
-import importlib.util
 import os
 import socket
-import subprocess
 from collections.abc import Mapping, Sequence
 
 DEVICE_DIR = "/dev/infiniband"
@@ -93,20 +92,3 @@ def efa_devices(device_dir: str = DEVICE_DIR) -> list[str]:
         return sorted(n for n in os.listdir(device_dir) if n.startswith("uverbs"))
     except OSError:
         return []
-
-
-def efa_warning(environ: Mapping[str, str] = os.environ, device_dir: str = DEVICE_DIR,
-                ldconfig_cache: str | None = None) -> str | None:
-    """The warning line for this container, or ``None`` (no NCCL here, no EFA devices, or the
-    plugin is found)."""
-    devices = efa_devices(device_dir)
-    if not devices or importlib.util.find_spec("nvidia.nccl") is None:
-        return None
-    if ldconfig_cache is None:
-        ldconfig_cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
-    if find_plugin(environ, ldconfig_cache) is not None:
-        return None
-    return (f"{device_dir} has {len(devices)} RDMA device(s) ({', '.join(devices)}) but NCCL's OFI plugin "
-            f"({' or '.join(plugin_names(environ))}) is not on the library path: NCCL will use TCP sockets, "
-            "several times slower across hosts; build the image with --build-arg INSTALL_EFA=true, or put "
-            "aws-ofi-nccl's lib directory on LD_LIBRARY_PATH")

@@ -52,6 +52,7 @@ PORT_VARIABLES = {
     "tf_ps": ("DTC_TF_PS_PORT", 2223),                   # parameter server: ps tasks
     "tf_end": ("DTC_TF_END_PORT", 2225),                 # parameter server: the chief's end notice
     "presence": ("DTC_PRESENCE_PORT", 2226),             # torchrun on several hosts: train's presence
+    "preflight": ("DTC_PREFLIGHT_PORT", 2227),           # the preflight's store on the master host
 }
 
 
@@ -65,6 +66,7 @@ class Ports:
     tf_ps: int = 2223
     tf_end: int = 2225
     presence: int = 2226
+    preflight: int = 2227
 
 
 def ports_from(environ: Mapping[str, str]) -> Ports:

@@ -26,8 +26,8 @@ What it does, in order:
 Usage: ``python -m dtc_local.cluster --image dtc:cpu --instance-count 2 --distribution mpi
 --processes-per-host 2 --program builtin:pytorch -p epochs=10`` or ``--job-file job.json``
 (same keys, underscores: image, instance_count, processes_per_host, distribution, program,
-source_dir, hyperparameters, channels, sharded_channels, shard_weights, gpus, environment, subnet,
-peer_grace_s, checkpoint_dir, command, name).
+source_dir, hyperparameters, channels, sharded_channels, shard_weights, gpus, environment,
+host_environment, host_cpus, subnet, peer_grace_s, checkpoint_dir, command, name).
 ``make cluster`` wraps it.
 """
 
@@ -54,7 +54,11 @@ CONTAINER_ML = "/opt/ml"
 # these times will not come, and the job fails in seconds naming it. The job's own
 # ``environment`` overrides them.
 LOCAL_TIMEOUTS_S = {"DTC_HOST_RESOLVE_TIMEOUT_S": 10, "DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S": 30,
-                    "DTC_MPI_WORKER_START_TIMEOUT_S": 120, "DTC_TF_SERVER_START_TIMEOUT_S": 120}
+                    "DTC_MPI_WORKER_START_TIMEOUT_S": 120, "DTC_TF_SERVER_START_TIMEOUT_S": 120,
+                    "DTC_PREFLIGHT_WAIT_S": 60}
+# Variables of the environment the cluster runs in that every container gets too, so that
+# ``DTC_PREFLIGHT=off make cluster`` turns the preflight off (the job's ``environment`` wins).
+PASSED_THROUGH = ("DTC_PREFLIGHT",)
 STOP_TIMEOUT_S = 10
 TRAIN_COMMAND = ("train",)
 JOB_NAME = "dtc-cluster"
@@ -82,7 +86,11 @@ class ClusterJob:
         gpus: ``none`` or ``all`` (every container sees every GPU).
         instance_type: resourceconfig's ``current_instance_type``.
         environment: variables set in every container (the estimator's ``environment``), on
-            top of ``LOCAL_TIMEOUTS_S``.
+            top of ``LOCAL_TIMEOUTS_S`` and ``PASSED_THROUGH``.
+        host_environment: host -> variables set in that host's container only, on top of
+            ``environment`` (one host given other settings, or a fault).
+        host_cpus: host -> the CPUs its container may use (podman's and Docker's ``--cpus``, a CFS
+            quota): a host made slow for real, as a straggler would be.
         subnet: the private network's IPv4 subnet; host ``algo-i`` gets its ``10 + i``-th address.
         peer_grace_s: seconds the other hosts get to exit on their own once one host has failed,
             before they are stopped.
@@ -115,6 +123,8 @@ class ClusterJob:
     gpus: str = "none"
     instance_type: str = "ml.c5.xlarge"
     environment: Mapping[str, str] = field(default_factory=dict)
+    host_environment: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    host_cpus: Mapping[str, float] = field(default_factory=dict)
     subnet: str = DEFAULT_SUBNET
     peer_grace_s: float = 30.0
     checkpoint_dir: str | None = None
@@ -147,12 +157,15 @@ def host_addresses(job: ClusterJob) -> dict[str, str]:
     return {host: str(network.network_address + 10 + i) for i, host in enumerate(job.hosts, start=1)}
 
 
-def container_env(job: ClusterJob) -> dict[str, str]:
-    """Variables every container gets: ``TRAINING_JOB_NAME`` (the service sets it in every
-    training container; SDK v3's drivers read it), the local waits, then the job's own
-    ``environment``."""
+def container_env(job: ClusterJob, host: str | None = None, environ: Mapping[str, str] = os.environ
+                  ) -> dict[str, str]:
+    """Variables a container gets: ``TRAINING_JOB_NAME`` (the service sets it in every training
+    container; SDK v3's drivers read it), the local waits, ``PASSED_THROUGH`` from ``environ``,
+    the job's own ``environment``, then ``host``'s own (``host_environment``)."""
     return {"TRAINING_JOB_NAME": JOB_NAME, **{k: str(v) for k, v in LOCAL_TIMEOUTS_S.items()},
-            **{k: str(v) for k, v in job.environment.items()}}
+            **{k: environ[k] for k in PASSED_THROUGH if k in environ},
+            **{k: str(v) for k, v in job.environment.items()},
+            **{k: str(v) for k, v in job.host_environment.get(host, {}).items()}}
 
 
 def distribution_hyperparameters(job: ClusterJob) -> dict[str, object]:
@@ -225,9 +238,11 @@ def compose_file(job: ClusterJob, trees: Mapping[str, str]) -> dict:
     for host, tree in trees.items():
         service = {"image": job.image, "container_name": job.container(host), "hostname": host,
                    "command": list(job.command),
-                   "shm_size": "1gb", "volumes": volumes(job, tree), "environment": container_env(job),
+                   "shm_size": "1gb", "volumes": volumes(job, tree), "environment": container_env(job, host),
                    "extra_hosts": [f"{h}:{a}" for h, a in addresses.items()],
                    "networks": {job.network: {"ipv4_address": addresses[host]}}}
+        if host in job.host_cpus:
+            service["cpus"] = job.host_cpus[host]
         if job.gpus == "all":
             gpus = [{"count": "all", "capabilities": ["gpu"]}]
             service["deploy"] = {"resources": {"reservations": {"devices": gpus}}}
@@ -243,8 +258,10 @@ def podman_run_argv(job: ClusterJob, host: str, tree: str) -> list[str]:
             "--ip", addresses[host], "--shm-size", "1g"]
     for other, address in addresses.items():
         argv += ["--add-host", f"{other}:{address}"]
-    for name in container_env(job):
+    for name in container_env(job, host):
         argv += ["--env", name]   # values from the environment podman runs in: none on a command line
+    if host in job.host_cpus:
+        argv += ["--cpus", str(job.host_cpus[host])]
     for mount in volumes(job, tree):
         argv += ["-v", mount]
     if job.gpus == "all":
@@ -299,11 +316,11 @@ def run_podman(job: ClusterJob, trees: Mapping[str, str], timeout_s: float) -> d
                          f"(choose another with --subnet or the job file's \"subnet\"): {created.stderr.strip()}")
     lock = threading.Lock()
     procs, pumps = {}, []
-    env = {**os.environ, **container_env(job)}
     try:
         for host in job.hosts:
             procs[host] = subprocess.Popen(podman_run_argv(job, host, trees[host]), stdout=subprocess.PIPE,
-                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                           env={**os.environ, **container_env(job, host)})
             pumps.append(threading.Thread(target=_pump, args=(host, procs[host].stdout, lock), daemon=True))
             pumps[-1].start()
         return supervise_hosts(procs, timeout_s, job.peer_grace_s,

@@ -7,6 +7,7 @@ tests/unit/test_lr_schedule.py and the rate of the last step in test_architectur
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -151,3 +152,22 @@ def test_label_smoothing_trains_on_the_smoothed_cross_entropy(smoothing):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     sums = torch_common.train_step(model, optimizer, iter([(images, labels)]), label_smoothing=smoothing)
     assert float(sums[0]) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_compile_on_trains_the_same_model_through_torch_compile(digits_channels, tmp_path):
+    """builtin:pytorch with no distribution and compile=on (nn.Module.compile: TorchInductor, here
+    its CPU code): the job runs through the compiled model, learns as the eager run does (both
+    >= 0.90 after the 12 epochs of `make train`; their float rounding differs, so not bit-equal), and
+    writes model.pth with the same keys (no ``_orig_mod.`` prefix), so checkpoints and weights
+    are interchangeable with compile=off."""
+    runs = {}
+    for mode in ("off", "on"):
+        root = digits_job(tmp_path / mode, digits_channels, {"sagemaker_program": "builtin:pytorch", "epochs": 12,
+                                                             "compile": mode})
+        result = run_train(root, timeout_s=600)
+        assert result.returncode == 0, result.output[-4000:]
+        accuracies = [float(a) for a in re.findall(r"val_accuracy=([0-9.]+)", result.output)]
+        runs[mode] = (result.output, accuracies, torch.load(root / "model" / "model.pth", weights_only=True))
+    assert "torch.compile on" in runs["on"][0] and "torch.compile on" not in runs["off"][0]
+    assert list(runs["on"][2]) == list(runs["off"][2])
+    assert min(runs["on"][1][-1], runs["off"][1][-1]) >= 0.90, (runs["on"][1], runs["off"][1])

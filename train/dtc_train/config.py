@@ -134,6 +134,8 @@ REFUSALS = (
             "its loss scaling would judge each rank's gradients between allreduces alone; use precision=bf16 with "
             "accumulation, or fp16 without it"),
     # torch's GradScaler decides on each rank's own gradient shards whether to skip a step
+    Refusal(frozenset({PYTORCH_DDP}), (("compile", "on"), ("data_parallel", "fsdp")),
+            "torch.compile of an FSDP2 model is not proved in this image; use compile=on with data-parallel=ddp"),
     Refusal(frozenset({PYTORCH_DDP}), (("precision", "fp16"), ("data_parallel", "fsdp")),
             "loss scaling would judge each rank's gradient shard alone; use precision=bf16, which needs no loss "
             "scaling"),
@@ -238,6 +240,11 @@ def _options() -> tuple[Option, ...]:
             choices=("ddp", "fsdp"), default="ddp",
             help="ddp: every rank holds the whole model (DistributedDataParallel); fsdp: model, gradients and "
                  "optimizer state sharded over the ranks (FSDP2 fully_shard)")),
+        Option("--compile", frozenset({PYTORCH_SINGLE, PYTORCH_DDP}), dict(
+            choices=("off", "on"), default="off",
+            help="on: the model runs through torch.compile (TorchInductor's fused kernels; the first steps compile "
+                 "for a minute or more, then each step is faster); its weights, checkpoints and model.pth are the "
+                 "same as without it")),
         Option("--cpu-replicas", frozenset({TENSORFLOW_MIRRORED}), dict(
             type=positive_int, default=1,
             help="one host without GPUs and no distribution: mirror over this many logical CPU devices")),
@@ -286,6 +293,7 @@ class TrainerConfig:
     pretrained_weights: str | None
     allreduce_compression: str
     data_parallel: str
+    compile: str
     cpu_replicas: int
 
 

@@ -192,7 +192,11 @@ def set_up_rank(args, choice: torch_model.ModelChoice, place: dali_data.Place, d
     common.log.info("PyTorch %s%s on %s (host %s); %s; DALI decodes on %s", torch.__version__, runtime, device,
                     place.host, data.describe(), "gpu" if dali_device_id is not None else "cpu")
     layout = memory_format(device, data_parallel)
-    return RankSetup(data, dali_device_id, layout, build_model(choice, data.classes, place.rank, device, layout))
+    module = build_model(choice, data.classes, place.rank, device, layout)
+    if args.compile == "on":   # in place: the state dict keeps its keys (nn.Module.compile)
+        module.compile()
+        common.log.info("torch.compile on: the first steps compile the model")
+    return RankSetup(data, dali_device_id, layout, module)
 
 
 def build_model(choice: torch_model.ModelChoice, classes: tuple[str, ...], rank: int, device: torch.device,

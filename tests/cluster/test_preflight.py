@@ -1,0 +1,67 @@
+"""The preflight on a local two-host cluster, in the CPU image: the hosts check each other (an
+all-reduce over both with exact values, its busbw, each host's compute and link), a host made slow
+for real (its container limited to a tenth of a CPU) is named, and a host whose check fails stops
+every host before the program, all naming it. (The rules themselves: tests/unit/test_preflight.py;
+on one host: tests/integration/test_preflight.py.)"""
+
+import json
+import re
+import time
+
+import pytest
+
+from helpers import HOSTS, IMAGES, copy_programs, read_json, run_cluster
+
+pytestmark = [pytest.mark.image,
+              pytest.mark.skipif(not IMAGES["cpu"],
+                                 reason="DTC_IMAGE is not set (make test builds the image and sets it)")]
+
+OLD_DRIVER = {"image_cuda": "12.8", "driver_version": "470.256.02", "driver_cuda": "11.4",
+              "gpus": [{"index": 0, "pci_bus_id": "00000000:00:1E.0", "name": "Tesla T4", "compute_capability": "7.5",
+                        "ok": True, "allocated_mb": 256}]}
+
+
+def job_file(tmp_path, **spec) -> str:
+    source = copy_programs(tmp_path / "source", "echo_argv.py")
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({"distribution": "mpi", "program": "echo_argv.py", "source_dir": str(source),
+                                "environment": {"DTC_PREFLIGHT": "quick"}, **spec}))
+    return str(path)
+
+
+def test_two_hosts_check_each_other_and_the_throttled_host_is_named(tmp_path):
+    start = time.monotonic()
+    done, result = run_cluster(tmp_path / "job", "--job-file", job_file(tmp_path, host_cpus={"algo-2": 0.1}),
+                               timeout_s=600)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0 and result["exit_code"] == 0, log[-5000:]
+    records = {host: read_json(tmp_path / "job" / host / "output" / "data" / "preflight.json") for host in HOSTS}
+    for host, record in records.items():
+        assert record["host"] == host and record["hosts"] == list(HOSTS) and record["verdict"] == "warn", record
+        passed = [f for f in record["job_findings"] if f["check"] == "allreduce-hosts"]
+        assert [f["status"] for f in passed] == ["pass"] and "exact" in passed[0]["message"]
+        assert record["allreduce"]["ranks"] == 2 and record["allreduce"]["busbw_gbps"] > 0
+        stragglers = [f for f in record["job_findings"] if f["check"] == "straggler"]
+        assert stragglers and {f["host"] for f in stragglers} == {"algo-2"}, stragglers
+        assert any(f["message"].startswith("host algo-2 computes at ") for f in stragglers), stragglers
+        assert re.search(rf"\[{host}\].*preflight \(quick\) on 2 host\(s\): warn in [0-9.]+ s", log)
+    assert records["algo-1"]["job_findings"] == records["algo-2"]["job_findings"]   # one account, on every host
+    for host in HOSTS:   # the program ran after it
+        assert (tmp_path / "job" / host / "output" / "data").exists()
+    seconds = {host: (r["summaries"][host]["seconds"], r["seconds"]) for host, r in records.items()}
+    print(f"preflight (own checks s, whole s) per host: {seconds}; cluster {time.monotonic() - start:.0f} s")
+
+
+def test_a_host_that_fails_its_preflight_stops_every_host_naming_it(tmp_path):
+    start = time.monotonic()
+    spec = {"host_environment": {"algo-2": {"DTC_PREFLIGHT_FACTS": json.dumps(OLD_DRIVER)}}}
+    done, result = run_cluster(tmp_path / "job", "--job-file", job_file(tmp_path, **spec), timeout_s=600)
+    seconds = time.monotonic() - start
+    log = done.stdout + done.stderr
+    assert {h: result["hosts"][h]["exit_code"] for h in HOSTS} == {"algo-1": 4, "algo-2": 4}, log[-5000:]
+    for host in HOSTS:
+        first = (tmp_path / "job" / host / "output" / "failure").read_text().splitlines()[0]
+        assert first.startswith("preflight failed on host algo-2: the GPU driver 470.256.02 supports CUDA 11.4, older "
+                                "than this image's CUDA 12.8, which needs driver 525.60.13 or later"), first
+        assert not list((tmp_path / "job" / host / "output" / "data").glob("argv-*.json"))   # nothing ran
+    assert seconds < 300, seconds
