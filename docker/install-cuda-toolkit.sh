@@ -19,7 +19,7 @@
 #                                   12.9's copy as "newer than toolkit"; no relocatable device code
 #                                   is linked).
 #
-# nvcc 12.4 compiles for sm_80..sm_90 (HOROVOD_CUDA_CC_LIST) and accepts bookworm's g++ 12. Ends
+# nvcc 12.4 compiles for sm_70..sm_90 (HOROVOD_CUDA_CC_LIST) and accepts bookworm's g++ 12. Ends
 # by compiling a kernel for the first and last architecture of that list and checking the result
 # with cuobjdump. Recipe verified on this project's machines: ../shared/reference/gpu-flavor.md.
 # shellcheck source=lib.sh

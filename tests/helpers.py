@@ -46,6 +46,20 @@ DOCKER_BUILD_WAIT_S = 2700
 # weight digest per rank at the end, rate-limited progress lines within epochs.
 METRIC = re.compile(r"epoch=(\d+)/(\d+) .*?val_accuracy=([0-9.]+) val_samples=(\d+)")
 DIGEST = re.compile(r"rank=(\d+) world_size=(\d+) final_weights_sha256=([0-9a-f]{64})")
+# examples/: each one's metric and weight lines, and example -> (ranks that print identical weights,
+# the model file on algo-1, the validation accuracy it reaches on two hosts): tests/cluster/test_examples.py
+# (CPU image) and tests/image/test_gpu_image.py (GPU image on CPU)
+EPOCH_LINE = re.compile(r"epoch=(\d+)/(\d+) .*?val_accuracy=([0-9.]+)")
+WEIGHTS_LINE = re.compile(r"rank=(\d+) world_size=(\d+) weights_sha256=([0-9a-f]{64})")
+EXAMPLES = {
+    "pytorch_horovod": (4, "model.pt", 0.90),
+    "pytorch_ddp": (4, "model.pt", 0.85),
+    "keras_horovod": (4, "1/saved_model.pb", 0.90),
+    "tensorflow_multiworker": (2, "1/saved_model.pb", 0.90),
+    "tensorflow_parameter_server": (0, "1/saved_model.pb", 0.90),
+    "independent_models": (0, "algo-1/model.pt", 0.80),
+    "deepspeed_zero": (4, "model.pt", 0.90),
+}
 PROGRESS = re.compile(r"progress epoch=(\d+)/(\d+) step=(\d+)/(\d+) samples_per_second=([0-9.]+) eta_seconds=(\d+)")
 RESUMING = re.compile(r"resuming from .*: epoch (\d+)(?: of \d+)? done, (\d+) (?:of \d+ )?steps of epoch \d+ done")
 FAULT_LINE = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) \[rank (\d+)\] "

@@ -8,27 +8,13 @@ workers update asynchronously, nor for independent models), and the model files 
 """
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
-from helpers import REPO, run_cluster
+from helpers import EPOCH_LINE, EXAMPLES, REPO, WEIGHTS_LINE, run_cluster
 
 pytestmark = pytest.mark.image
-
-EPOCH_LINE = re.compile(r"epoch=(\d+)/(\d+) .*?val_accuracy=([0-9.]+)")
-WEIGHTS_LINE = re.compile(r"rank=(\d+) world_size=(\d+) weights_sha256=([0-9a-f]{64})")
-# example -> (ranks that print identical weights, the model file on algo-1, the accuracy it reaches)
-EXAMPLES = {
-    "pytorch_horovod": (4, "model.pt", 0.90),
-    "pytorch_ddp": (4, "model.pt", 0.85),
-    "keras_horovod": (4, "1/saved_model.pb", 0.90),
-    "tensorflow_multiworker": (2, "1/saved_model.pb", 0.90),
-    "tensorflow_parameter_server": (0, "1/saved_model.pb", 0.90),
-    "independent_models": (0, "algo-1/model.pt", 0.80),
-    "deepspeed_zero": (4, "model.pt", 0.90),
-}
 
 
 def run_example(name: str, job_dir: Path, checkpoints: Path, epochs: int, *args: str) -> tuple[str, dict]:

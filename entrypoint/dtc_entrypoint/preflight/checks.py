@@ -26,8 +26,7 @@ PASS, WARN, FAIL = "pass", "warn", "fail"
 # "Minor Version Compatibility"); each toolkit's own minimum is in its release notes (12.8: 570.26).
 MINOR_COMPATIBILITY_DRIVER = {12: "525.60.13", 13: "580.65.06"}
 
-# Components the image ships with device code, and the strategies whose processes load them.
-# torch's list comes from torch.cuda.get_arch_list(); the others from their libraries' fatbins.
+# Components the image ships with device code (their libraries' fatbins: probe.library_targets).
 COMPONENTS = {
     "torch": "PyTorch's CUDA kernels",
     "nccl": "NCCL (the collectives of DDP, FSDP and Horovod on GPUs)",

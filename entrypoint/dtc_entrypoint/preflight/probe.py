@@ -5,8 +5,8 @@ builds its command line), because it imports PyTorch, which the dispatcher never
 
 1. reads this host's facts: the GPUs ``nvidia-smi`` lists (index, PCI bus id, name, compute
    capability, driver), the newest CUDA the driver supports (``cuDriverGetVersion``), the
-   compiled architectures of every component with device code (``torch.cuda.get_arch_list()``;
-   the ``.nv_fatbin`` sections of Horovod's, NCCL's, TensorFlow's and DALI's libraries), the size
+   compiled architectures of every component with device code (the ``.nv_fatbin`` sections of
+   torch's, Horovod's, NCCL's, TensorFlow's and DALI's libraries: ``library_targets``), the size
    of ``/dev/shm`` and the EFA devices and NCCL network plugin;
 2. on a GPU host, starts one process per GPU: each allocates memory, runs a kernel whose result
    it checks exactly, times a bf16 matrix product, and then all of them run an NCCL all-reduce
@@ -50,6 +50,7 @@ SIZES = {
 }
 FACTS_VARIABLE = "DTC_PREFLIGHT_FACTS"
 LIBRARIES = {   # component -> (package, globs of its libraries with device code, relative to the package)
+    "torch": ("torch", ("lib/libtorch_cuda*.so",)),
     "horovod": ("horovod", ("*/mpi_lib*.so",)),
     "nccl": ("nvidia.nccl", ("lib/libnccl.so*",)),
     "tensorflow": ("tensorflow", ("libtensorflow_*.so*", "python/_pywrap_tensorflow_internal.so")),
@@ -118,16 +119,6 @@ def library_targets() -> dict[str, dict]:
         if files:
             found[component] = {"files": files, "targets": sorted([t.arch, t.kind] for t in targets)}
     return found
-
-
-def torch_targets(arch_list: list[str]) -> list[list]:
-    """``torch.cuda.get_arch_list()`` (``['sm_80', 'sm_90', 'compute_90']``) as targets."""
-    targets = []
-    for entry in arch_list:
-        kind, _, arch = entry.partition("_")
-        if arch.rstrip("af").isdigit():
-            targets.append([int(arch.rstrip("af")), "ptx" if kind == "compute" else "sass"])
-    return targets
 
 
 def shm_bytes() -> int | None:
@@ -289,8 +280,7 @@ def measured_facts(args, sizes: dict) -> dict:
     import torch  # noqa: PLC0415  # the probe's own process
 
     facts["torch"] = torch.__version__
-    facts["components"] = {"torch": {"files": [], "targets": torch_targets(torch.cuda.get_arch_list())}}
-    facts["components"].update(library_targets())
+    facts["components"] = library_targets()
     checked, host = check_gpus(gpus, sizes, args.gpu_timeout_s, args.workdir)
     facts["gpus"], facts["allreduce_host"] = checked, host
     rates = [g["compute_gflops"] for g in checked if g.get("compute_gflops")]

@@ -379,3 +379,25 @@ def test_horovod_initialises_without_a_driver_in_both_frameworks():
 def test_libfabric_has_its_efa_provider():
     out = run("ldd", "/usr/lib/x86_64-linux-gnu/libfabric.so.1")
     assert re.search(r"libefa\.so\.1 => /\S+", out), out
+
+
+def test_gpu_check_without_a_gpu_checks_nothing_and_says_so():
+    done = subprocess.run(["gpu-check"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stderr.startswith("gpu-check: no NVIDIA GPU is visible here (nvidia-smi lists none): nothing was "
+                                  "checked."), done.stderr
+
+
+def test_the_preflight_probe_reads_every_component_of_the_image(tmp_path):
+    """The probe as train runs it on one host (no GPU here: no GPU checks), and the compiled GPU
+    architectures it reads: the GPU flavor's five components; in the CPU flavor the two whose PyPI
+    wheels carry device code whatever the flavor (TensorFlow's and DALI's)."""
+    from dtc_entrypoint.preflight import probe
+
+    done = subprocess.run(["python", "-m", "dtc_entrypoint.preflight.probe", "--host", "algo-1", "--hosts", "algo-1",
+                           "--master", "algo-1", "--port", "2227", "--workdir", str(tmp_path), "--out",
+                           str(tmp_path / "preflight.json")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert '"verdict": "pass"' in (tmp_path / "preflight.json").read_text()
+    expected = ["dali", "horovod", "nccl", "tensorflow", "torch"] if GPU else ["dali", "tensorflow"]
+    assert sorted(probe.library_targets()) == expected
