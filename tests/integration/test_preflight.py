@@ -3,11 +3,12 @@ every host runs it, two hosts' probes meeting on this machine's loopback (a host
 a host whose facts fail). Two-host jobs in containers: tests/cluster/test_preflight.py."""
 
 import json
+import re
 import subprocess
 import sys
 import time
 
-from helpers import BIN, copy_programs, free_port, read_json, run_train
+from helpers import BIN, copy_programs, digits_job, free_port, read_json, run_train
 
 PROBE = [str(BIN / "python"), "-m", "dtc_entrypoint.preflight.probe"]
 OLD_DRIVER = {"image_cuda": "12.8", "driver_version": "470.256.02", "driver_cuda": "11.4",
@@ -103,3 +104,16 @@ def test_the_probe_alone_is_cheap_on_a_cpu_host(tmp_path):
     record = read_json(tmp_path / "p.json")
     assert record["verdict"] == "pass" and record["summaries"]["algo-1"]["facts"]["gpus"] == []
     print(f"one CPU host: probe {record['seconds']} s, process {time.monotonic() - started:.2f} s ({sys.platform})")
+
+
+def test_the_built_in_trainers_report_carries_the_preflight(digits_channels, tmp_path):
+    root = digits_job(tmp_path, digits_channels, {"sagemaker_program": "builtin:pytorch", "epochs": 1,
+                                                  "sagemaker_preflight": "quick"})
+    result = run_train(root)
+    assert result.returncode == 0, result.output[-3000:]
+    report = root / "output" / "data" / "report"
+    summary = read_json(report / "summary.json")["preflight"]
+    assert summary["mode"] == "quick" and summary["verdict"] == "pass" and summary["hosts"] == 1, summary
+    assert summary["not_passed"] == []
+    assert re.search(r"^Preflight \(quick, docs/preflight.md\): pass in [0-9.]+ s on 1 host\(s\)\.$",
+                     (report / "summary.md").read_text(), re.M)

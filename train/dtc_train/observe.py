@@ -42,6 +42,7 @@ the job (validation not included).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -211,7 +212,25 @@ class Observer:
             "epochs_detail": self.history,
             "system": (system_metrics.summarize(self.system_samples, self.sampler.interval_s) if self.sampler
                        else {"samples": 0}),
+            "preflight": preflight_summary(os.path.join(contract.output_data_dir(), "preflight.json")),
         }
+
+
+def preflight_summary(path: str) -> dict | None:
+    """What the report keeps of this host's preflight record (``train`` wrote it before the job:
+    docs/preflight.md): its mode, verdict and seconds, the all-reduces' figures and every finding
+    that did not pass; ``None`` when the preflight was off."""
+    try:
+        with open(path) as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    host = record.get("summaries", {}).get(record.get("host"), {})
+    findings = [*host.get("findings", []), *record.get("job_findings", [])]
+    return {"mode": record.get("mode"), "verdict": record.get("verdict"), "seconds": record.get("seconds"),
+            "hosts": len(record.get("hosts", [])), "allreduce_hosts": record.get("allreduce") or None,
+            "allreduce_host": (host.get("facts") or {}).get("allreduce_host"),
+            "not_passed": [f"{f['status']}: {f['message']}" for f in findings if f["status"] != "pass"]}
 
 
 def _markdown(summary: dict) -> str:
@@ -236,6 +255,16 @@ def _markdown(summary: dict) -> str:
         lines += [f"| {name} | {values['mean']:.2f} | {values['max']:.2f} |"
                   for name, values in system["series"].items()]
         lines += [""]
+    preflight = summary.get("preflight")
+    if preflight:
+        lines += [f"Preflight ({preflight['mode']}, docs/preflight.md): {preflight['verdict']} in "
+                  f"{preflight['seconds']:.1f} s on {preflight['hosts']} host(s).", ""]
+        for scope, figures in (("the hosts", preflight["allreduce_hosts"]), ("this host's GPUs",
+                                                                             preflight["allreduce_host"])):
+            if figures and "busbw_gbps" in figures:
+                lines += [f"- all-reduce over {scope}: {figures['size_mb']:g} MB, algbw {figures['algbw_gbps']:.2f} "
+                          f"GB/s, busbw {figures['busbw_gbps']:.2f} GB/s"]
+        lines += [f"- {line}" for line in preflight["not_passed"]] + [""]
     lines += [f"Plots: loss.png, accuracy.png, throughput.png{', system.png' if system['samples'] else ''}.", ""]
     return "\n".join(lines)
 
