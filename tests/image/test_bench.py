@@ -31,7 +31,9 @@ def test_quick_bench_writes_results_records_and_plots(tmp_path):
     assert {r["variant"] for r in records if r["benchmark"] == "A2"} == {
         "horovod-gloo-fusion-on", "horovod-gloo-fusion-off", "horovod-mpi-fusion-on", "horovod-mpi-fusion-off",
         "ddp-bucket-1mb", "ddp-bucket-25mb"}
-    assert len([r for r in records if r["benchmark"] == "A4"]) == 8         # 4 variants x 2 repeats
+    assert len([r for r in records if r["benchmark"] == "A4"]) == 10        # 5 variants x 2 repeats
+    assert {r["variant"] for r in records if r["benchmark"] == "A4"} == {
+        "ours-single", "ours-single-preflight", "stock-single", "ours-mpi2", "stock-mpi2"}
     assert {r["variant"] for r in records if r["benchmark"] == "A5"} == {
         "ours-single", "bare-single", "ours-mpi", "bare-mpi", "ours-torchrun", "bare-torchrun"}
     assert all(r["time_s"] > 0 for r in records if r["benchmark"] in ("A2", "A4", "A5"))
@@ -43,6 +45,7 @@ def test_quick_bench_writes_results_records_and_plots(tmp_path):
     assert all(v > 0 for v in a8.values()), a8
     measurements = {r["measurement"] for r in results["ratios"]}
     assert "Horovod step, Gloo (TCP): fusion off / fusion on (speed-up)" in measurements
+    assert "train -> first line, single: seconds the preflight (quick, one CPU host) adds" in measurements
     assert "built-in trainer / bare loop, training images/s, digits-cnn, 1 process" in measurements
     assert "DDP trainer on 1 rank / bare loop, training images/s, digits-cnn" in measurements
     assert "DDP trainer on 1 rank / bare loop in DDP, training images/s, digits-cnn" in measurements
