@@ -117,3 +117,13 @@ def test_the_built_in_trainers_report_carries_the_preflight(digits_channels, tmp
     assert summary["not_passed"] == []
     assert re.search(r"^Preflight \(quick, docs/preflight.md\): pass in [0-9.]+ s on 1 host\(s\)\.$",
                      (report / "summary.md").read_text(), re.M)
+
+
+def test_gpu_checks_throughput_part_trains_through_the_built_in_trainer(tmp_path):
+    """gpu-check's throughput check (its model and size made small: this machine trains on its
+    CPU): photograph crops, the trainer with no distribution, images/s per epoch."""
+    from dtc_entrypoint.preflight import gpu_check
+
+    speed = gpu_check.throughput(str(tmp_path), epochs=2, batch_size=4, model="shufflenet_v2_x0_5", image_size=32)
+    assert speed["exit_code"] == 0, speed["tail"]
+    assert [epoch for epoch, _ in speed["epochs"]] == [1, 2] and speed["images_per_s"] > 0, speed

@@ -51,9 +51,10 @@ def run_probe(workdir: str, out: str) -> dict:
         return json.load(handle)
 
 
-def throughput(workdir: str, epochs: int, batch_size: int) -> dict:
-    """ResNet-50 bf16 through ``dtc_train.pytorch_single`` on photograph crops: images/s per epoch
-    and their median over epochs 2..N."""
+def throughput(workdir: str, epochs: int, batch_size: int, model: str = "resnet50", image_size: int = 224) -> dict:
+    """``model`` (ResNet-50) in bf16 through ``dtc_train.pytorch_single`` on photograph crops, 16
+    batches an epoch, DALI decoding on the GPU when one is visible: images/s per epoch and their
+    median over epochs 2..N, the exit code, the time, and the output's tail when it failed."""
     from dtc_local import job_tree  # noqa: PLC0415  (this command's own, in the image)
     from dtc_train import photos  # noqa: PLC0415
 
@@ -64,8 +65,8 @@ def throughput(workdir: str, epochs: int, batch_size: int) -> dict:
         target = os.path.join(root, "input", "data", channel)
         os.rmdir(target)
         os.symlink(os.path.join(data, channel), target)
-    argv = [sys.executable, "-m", "dtc_train.pytorch_single", "--model", "resnet50", "--image-size", "224",
-            "--batch-size", str(batch_size), "--epochs", str(epochs), "--precision", "bf16", "--data-device", "gpu",
+    argv = [sys.executable, "-m", "dtc_train.pytorch_single", "--model", model, "--image-size", str(image_size),
+            "--batch-size", str(batch_size), "--epochs", str(epochs), "--precision", "bf16", "--data-device", "auto",
             "--augment", "on", "--dali-threads", str(max(2, min(8, os.cpu_count() or 2))),
             "--system-metrics-seconds", "0", "--progress-seconds", "0"]
     start = time.monotonic()
