@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 
-import horovod.tensorflow as hvd_core  # broadcast_object, broadcast_variables, join: Horovod's core TF API
+import horovod.tensorflow as hvd_core  # broadcast_object, broadcast_variables, allreduce: Horovod's core TF API
 import horovod.tensorflow.keras as hvd
 import numpy as np
 import tensorflow as tf
@@ -131,7 +131,11 @@ def main():
     print(f"rank={hvd.rank()} world_size={hvd.size()} weights_sha256={hashlib.sha256(weights).hexdigest()}", flush=True)
     if hvd.rank() == 0:
         model.save(os.path.join(args.model_dir, "1"), save_format="tf")   # SavedModel for TF Serving
-    hvd_core.join()   # every rank waits until rank 0 has saved: some launchers stop all hosts when one exits
+    # every rank waits until rank 0 has saved (some launchers stop all hosts when one exits): an
+    # all-reduce returns once every rank has called it. Not hvd.join(): a GPU build of Horovod
+    # registers its TensorFlow join op for GPUs only, and it fails where the process has none.
+    with tf.device("/CPU:0"):
+        hvd_core.allreduce(tf.constant(0.0), name="saved")
 
 
 if __name__ == "__main__":
