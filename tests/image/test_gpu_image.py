@@ -77,6 +77,7 @@ def test_every_example_trains_on_two_hosts_in_the_gpu_image_on_cpu(name, tmp_pat
     _, model_file, accuracy = EXAMPLES[name]
     epochs = json.loads((REPO / "examples" / name / "job.json").read_text())["hyperparameters"]["epochs"]
     done, result = run_cluster(tmp_path / "job", "--job-file", str(REPO / "examples" / name / "job.json"),
+                               "--checkpoint-dir", str(tmp_path / "checkpoints"),   # not the job file's, kept
                                "-p", f"epochs={epochs}", image=flavor_image("gpu"), timeout_s=900)
     log = done.stdout + done.stderr
     assert done.returncode == 0 and result["exit_code"] == 0, log[-6000:]
