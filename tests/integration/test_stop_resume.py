@@ -13,7 +13,6 @@ trainers; one seeded stream with the done batches skipped for the parameter-serv
 whose one worker runs the scheduled steps in order).
 """
 
-import json
 import random
 import re
 import signal
@@ -21,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -50,26 +50,31 @@ def job(case, where, digits_channels, **hyperparameters):
     return digits_job(where, digits_channels, {**CASES[case], "epochs": EPOCHS, **hyperparameters})
 
 
-def stop_at(root, delay_s: float, after: re.Pattern | None = None) -> tuple[int, float, str]:
+def stop_at(root, delay_s: float | Callable[[list[float]], float], after: re.Pattern | None = None,
+            nth: int = 1) -> tuple[int, float, str]:
     """Starts `train` on ``root`` and sends it SIGTERM (as SageMaker does to the container's PID 1)
-    ``delay_s`` seconds after the start, or after the first line matching ``after``; waits.
+    ``delay_s`` seconds after the start, or after the ``nth`` line matching ``after``; waits.
+    ``delay_s`` may be a function of the monotonic times (s) of the first ``nth`` matching lines.
     Returns (exit code, seconds from signal to exit, log)."""
     train = subprocess.Popen([str(BIN / "train")], env=train_env(root, own_ports()), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
     lines: list[str] = []
+    matched_at: list[float] = []
     seen = threading.Event()
 
     def read():
         for line in train.stdout:
             lines.append(line)
             if after is not None and after.search(line):
-                seen.set()
+                matched_at.append(time.monotonic())
+                if len(matched_at) == nth:
+                    seen.set()
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     if after is not None:
         assert seen.wait(timeout=300), "".join(lines)[-3000:]
-    time.sleep(delay_s)
+    time.sleep(delay_s(matched_at[:nth]) if callable(delay_s) else delay_s)
     signalled = time.monotonic()
     train.send_signal(signal.SIGTERM)
     code = train.wait(timeout=120)
@@ -143,18 +148,23 @@ def check_stop_and_resume(case: str, digits_channels, tmp_path, epochs: int = EP
     assert full.returncode == 0, full.output[-3000:]
     full_accuracy, full_digests = final(full.stdout)
 
-    # a random moment after the first epoch (start-up: test_a_job_stopped_while_starting_exits_at_once)
-    summary = json.loads((tmp_path / "full" / "opt" / "ml" / "output" / "data" / "report" / "summary.json").read_text())
-    epoch_s = min(epoch["epoch_seconds"] for epoch in summary["epochs_detail"])   # the first one warms up
+    # A random moment after the first epoch (start-up: test_a_job_stopped_while_starting_exits_at_once),
+    # in the stopped run's own time: after the metric line of a random epoch k (2 <= k <= epochs - 2),
+    # a random part (up to 3/4) of the time its epoch k took, so that two epochs are left to stop in.
+    # (A delay measured on the uninterrupted run overshot the end when that run had been the slower
+    # one: a CI run of 2026-11-28 stopped the one-process job 1.34 s after epoch 1 of "1.00 s" epochs,
+    # after its model was written.)
     seed = random.randrange(1 << 30)
-    delay_s = random.Random(seed).uniform(0.0, 1.5) * epoch_s
-    print(f"{case}: SIGTERM {delay_s:.2f} s after epoch 1 (random seed {seed}; epochs take {epoch_s:.2f} s of steps)")
+    chance = random.Random(seed)
+    after_epoch, fraction = chance.randint(2, epochs - 2), chance.uniform(0.0, 0.75)
+    print(f"{case}: SIGTERM after epoch {after_epoch}, {fraction:.2f} of that epoch's time later (random seed {seed})")
     root = job(case, tmp_path / "stopped", digits_channels, **hyperparameters)
-    code, took_s, log = stop_at(root, delay_s, after=METRIC)
+    code, took_s, log = stop_at(root, lambda metric_s: fraction * (metric_s[-1] - metric_s[-2]),
+                                after=METRIC, nth=after_epoch)
     assert code == 128 + signal.SIGTERM, log[-3000:]
     assert took_s < 60, f"{took_s:.0f} s from SIGTERM to exit"
     assert (root / "output" / "failure").read_text().splitlines()[0].endswith("was stopped by SIGTERM"), log[-3000:]
-    assert not (root / "output" / "success").exists() and not any((root / "model").iterdir())
+    assert not (root / "output" / "success").exists() and not any((root / "model").iterdir()), log[-3000:]
     position = checkpoint_position(root)
     staged = [p for p in root.rglob("*") if p.name.startswith(".tmp-") or p.name.endswith(".staging")]
     assert not staged, staged                                            # no half-written file anywhere
