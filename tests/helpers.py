@@ -136,8 +136,8 @@ STRATEGIES = {
     "torchrun-ddp": Strategy(
         "torch_distributed", "pytorch", 2, 4, 10, "host algo-1 stopped answering",
         # the master learns it from torchrun (the connection to its ranks was lost) or from algo-2's
-        # train ending (its end-notice port closed), whichever comes first: both name the host
-        killed_rank=3, killed_rank_failure="host algo-2 stopped answering: "),
+        # train, whichever comes first; either way algo-2's train says why (peers.Presence)
+        killed_rank=3, killed_rank_failure="host algo-2 failed: rank 3 on host algo-2 was killed by SIGKILL"),
     "multi-worker-mirrored": Strategy(
         "multi_worker_mirrored_strategy", "tensorflow", 1, 2, 8, "host algo-1 stopped answering: TensorFlow",
         killed_rank=1, killed_rank_failure="host algo-2 stopped answering: TensorFlow"),

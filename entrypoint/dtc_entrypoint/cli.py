@@ -48,6 +48,11 @@ log = logging.getLogger("dtc")
 # Under torchrun, how long a host whose peer's train has closed waits for its own training to end
 # before it counts the peer as lost (DTC_PEER_END_GRACE_S; _peer_watch).
 PEER_END_GRACE_S = 20.0
+# Under torchrun, how long a host whose training failed answers the others' watch with its failure
+# line (peers.Presence.fail; they poll every 2 s), and how long a host whose own account is only
+# "host X stopped answering" waits for host X's line (DTC_PEER_NOTICE_WAIT_S).
+PRESENCE_LINGER_S = 6.0
+PEER_NOTICE_WAIT_S = 15.0
 
 KNOWN_FRAMEWORK_PARAMETERS = {
     *strategy.STRATEGY_FLAGS, *strategy.UNSUPPORTED_FLAGS,
@@ -116,8 +121,9 @@ def _peer_watch(plan: launch.LaunchPlan, current_host: str, ports: strategy.Port
     silently lost host's daemon until the job's MaxRuntime. On the parameter-server chief their
     TensorFlow servers: the chief waits for a lost worker forever (ParameterServerStrategy waits
     for workers to come back). Under torchrun, on every host, the other hosts' ``train``
-    (``peers.serve_presence`` on ``DTC_PRESENCE_PORT``): Gloo would wait for a silently lost
-    host for 30 minutes. ``None`` otherwise (MultiWorkerMirrored has TensorFlow's heartbeats)."""
+    (``peers.Presence`` on ``DTC_PRESENCE_PORT``): Gloo would wait for a silently lost host for
+    30 minutes, and a host whose training failed says why (``report.peer_failed``). ``None``
+    otherwise (MultiWorkerMirrored has TensorFlow's heartbeats)."""
     if len(plan.hosts) < 2:
         return None
     others = [host for host in plan.hosts if host != current_host]
@@ -144,14 +150,16 @@ def _peer_watch(plan: launch.LaunchPlan, current_host: str, ports: strategy.Port
     grace_s = _env_seconds("DTC_PEER_END_GRACE_S", PEER_END_GRACE_S) if torchrun else 0.0
 
     def watch(done) -> str | None:
-        closed = peers.watch_until_one_closes(list(endpoints), stop=done)
-        if closed is None:
+        gone = peers.watch_until_one_closes(list(endpoints), stop=done, notices=torchrun)
+        if gone is None:
             return None
+        if gone.notice:   # the host's training failed, and its train said why
+            return report.peer_failed(gone.host, gone.notice)
         deadline = time.monotonic() + grace_s
         while not done() and time.monotonic() < deadline:
             time.sleep(0.5)
-        return report.lost_host(closed[0], f"its {endpoints[closed]} ({closed[0]}:{closed[1]}) stopped answering "
-                                           "while the job ran")
+        return report.lost_host(gone.host, f"its {endpoints[gone.host, gone.port]} ({gone.host}:{gone.port}) stopped "
+                                           "answering while the job ran")
 
     return watch
 
@@ -237,33 +245,52 @@ def run_job(plan_only: bool) -> int:
     phase.current = "starting the parameter servers"
     services = []
     watch = _peer_watch(plan, config.current_host, config.ports)
-    presence = (peers.serve_presence(config.ports.presence)
+    presence = (peers.Presence(config.ports.presence)
                 if plan.strategy == strategy.TORCH_DISTRIBUTED and len(plan.hosts) > 1 else None)
     try:
-        services += [supervise.start_service(s.name, s.argv, s.env, plan.workdir) for s in plan.services]
-        result = supervise.run(plan.argv, plan.env, plan.workdir, watch=watch)
-        if plan.end_notice:   # before the parameter servers close: the other hosts' cue
-            peers.send_end_notice(plan.end_notice, 128 + result.signal_received if result.signal_received
-                                  else result.exit_code)
+        try:
+            services += [supervise.start_service(s.name, s.argv, s.env, plan.workdir) for s in plan.services]
+            result = supervise.run(plan.argv, plan.env, plan.workdir, watch=watch)
+            if plan.end_notice:   # before the parameter servers close: the other hosts' cue
+                peers.send_end_notice(plan.end_notice, 128 + result.signal_received if result.signal_received
+                                      else result.exit_code)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):   # training has ended: a late stop changes nothing
+                signal.signal(sig, signal.SIG_IGN)
+            supervise.stop_services(services)
+        if result.returncode == 0 and not result.signal_received:
+            report.write_success(config.output_dir)
+            log.info("training succeeded; model directory %s", config.model_dir)
+            return 0
+        signal_name = signal.Signals(result.signal_received).name if result.signal_received else None
+
+        def account(peer_lost: str | None) -> str:
+            return report.describe_failure(prog.name, result.exit_code, result.stderr_tail, signal_name,
+                                           peers=_peer_names(plan, addresses), peer_lost=peer_lost,
+                                           oom_killed=memory.oom_killed_since(oom_kills_before))
+        text = account(result.peer_lost)
+        lost = report.LOST_HOST.match(text)
+        if presence is not None and lost and not signal_name and not result.peer_lost:
+            # this host's ranks only saw host X go (Gloo), while X's train answered the watch: it may
+            # still be saying why (its rank's signal or exception). A host the watch saw close or
+            # stop answering has nothing more to say.
+            wait_s = _env_seconds("DTC_PEER_NOTICE_WAIT_S", PEER_NOTICE_WAIT_S)
+            log.info("waiting up to %.0f s for host %s to say why its training failed", wait_s, lost.group(1))
+            deadline = time.monotonic() + wait_s
+            said = peers.watch_until_one_closes([(lost.group(1), config.ports.presence)], closed_checks=1,
+                                                notices=True, stop=lambda: time.monotonic() > deadline)
+            if said is not None and said.notice:
+                text = account(report.peer_failed(said.host, said.notice))
+        path = report.write_failure(config.output_dir, text)
+        exit_code = (128 + result.signal_received if result.signal_received
+                     else EXIT_PEER_ERROR if result.peer_lost else result.exit_code)
+        log.error("training failed (exit code %d): %s [details in %s]", exit_code, text.splitlines()[0], path)
+        if presence is not None and not signal_name:   # the other hosts' watch reads this host's cause
+            presence.fail(text.splitlines()[0], PRESENCE_LINGER_S)
+        return exit_code or EXIT_INTERNAL_ERROR
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):   # training has ended: a late stop changes nothing
-            signal.signal(sig, signal.SIG_IGN)
-        supervise.stop_services(services)
         if presence is not None:
             presence.shutdown()
-    if result.returncode == 0 and not result.signal_received:
-        report.write_success(config.output_dir)
-        log.info("training succeeded; model directory %s", config.model_dir)
-        return 0
-    signal_name = signal.Signals(result.signal_received).name if result.signal_received else None
-    text = report.describe_failure(prog.name, result.exit_code, result.stderr_tail, signal_name,
-                                   peers=_peer_names(plan, addresses), peer_lost=result.peer_lost,
-                                   oom_killed=memory.oom_killed_since(oom_kills_before))
-    path = report.write_failure(config.output_dir, text)
-    exit_code = (128 + result.signal_received if result.signal_received
-                 else EXIT_PEER_ERROR if result.peer_lost else result.exit_code)
-    log.error("training failed (exit code %d): %s [details in %s]", exit_code, text.splitlines()[0], path)
-    return exit_code or EXIT_INTERNAL_ERROR
 
 
 def main(argv: list[str] | None = None) -> None:

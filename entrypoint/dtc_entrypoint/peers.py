@@ -7,6 +7,7 @@ import socketserver
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from .errors import PeerError
 
@@ -91,25 +92,52 @@ def wait_until_closed(host: str, port: int, closed_checks: int = 3, poll_s: floa
         time.sleep(poll_s if refused < closed_checks else 0)
 
 
+class Gone(NamedTuple):
+    """An endpoint ``watch_until_one_closes`` reports: closed, or (``notice``) a ``Presence``
+    that said why its host's training failed."""
+
+    host: str
+    port: int
+    notice: str | None = None
+
+
 def watch_until_one_closes(endpoints: Sequence[tuple[str, int]], closed_checks: int = 3, poll_s: float = 2.0,
-                           stop: Callable[[], bool] = lambda: False) -> tuple[str, int] | None:
+                           stop: Callable[[], bool] = lambda: False, notices: bool = False) -> Gone | None:
     """Waits until one of ``endpoints`` (host, port), having accepted connections, refuses
     ``closed_checks`` consecutive ones (about ``closed_checks * poll_s`` seconds after its server
     went away) and returns it; returns ``None`` once ``stop()`` is true. An endpoint that never
-    came up is not reported (the program that needs it says so itself)."""
+    came up is not reported (the program that needs it says so itself). With ``notices`` (the
+    endpoints are ``Presence`` servers), one whose host's training failed is returned at once
+    with its failure line (``Gone.notice``)."""
     seen_up: set[tuple[str, int]] = set()
     refused = {endpoint: 0 for endpoint in endpoints}
     while not stop():
         for endpoint in endpoints:
-            if accepts(*endpoint, timeout_s=poll_s):
+            said = failure_notice(*endpoint, timeout_s=poll_s) if notices else None
+            if said:
+                return Gone(*endpoint, said)
+            if said is not None or accepts(*endpoint, timeout_s=poll_s):
                 seen_up.add(endpoint)
                 refused[endpoint] = 0
             elif endpoint in seen_up:
                 refused[endpoint] += 1
                 if refused[endpoint] >= closed_checks:
-                    return endpoint
+                    return Gone(*endpoint)
         time.sleep(poll_s)
     return None
+
+
+def failure_notice(host: str, port: int, timeout_s: float = 2.0) -> str | None:
+    """What the ``Presence`` on ``host:port`` says: its host's failure line once its training
+    failed (``Presence.fail``), ``""`` while it runs, ``None`` when it does not accept a
+    connection (or answers nothing within ``timeout_s`` seconds)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as connection:
+            line = connection.makefile("rb").readline(_NOTICE_MAX_BYTES)
+    except OSError:
+        return None
+    text = line.decode("utf-8", "replace").strip()
+    return text.removeprefix(_FAILED) if text.startswith(_FAILED) else ""
 
 
 def send_end_notice(addresses: Sequence[str], exit_code: int, timeout_s: float = 5.0) -> list[str]:
@@ -132,18 +160,39 @@ class _NoticeServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
 
 
-class _PresenceHandler(socketserver.BaseRequestHandler):
-    def handle(self):   # accepting is the answer
-        pass
+_FAILED = "failed: "
+_NOTICE_MAX_BYTES = 2048
 
 
-def serve_presence(port: int) -> socketserver.BaseServer:
-    """Accepts (and closes) TCP connections on ``port`` in a background thread, so that the other
-    hosts' ``watch_until_one_closes`` sees this host as present for as long as ``train`` runs.
-    Stop it with ``.shutdown()``."""
-    server = _NoticeServer(("", port), _PresenceHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+class Presence:
+    """``train``'s presence on ``port`` (all addresses, a background thread), for the other hosts'
+    ``watch_until_one_closes(..., notices=True)``: while training runs, each connection is
+    accepted and closed; after ``fail(line)`` each one reads ``failed: <line>``, so that the
+    other hosts' failure files carry this host's cause instead of "stopped answering"."""
+
+    def __init__(self, port: int):
+        presence = self
+        self._notice = b""
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                if presence._notice:
+                    self.request.sendall(presence._notice)
+
+        self._server = _NoticeServer(("", port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def fail(self, line: str, linger_s: float) -> None:
+        """Answers every connection with ``line`` (this host's failure, its first line) for
+        ``linger_s`` seconds (the watchers poll every 2 s), then stops serving."""
+        self._notice = f"{_FAILED}{line.strip()}"[:_NOTICE_MAX_BYTES - 2].encode() + b"\n"
+        time.sleep(linger_s)
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stops serving: the other hosts see the port close."""
+        self._server.shutdown()
+        self._server.server_close()
 
 
 class EndNoticeListener:

@@ -93,8 +93,10 @@ class LaunchPlan:
 def job_env(config: JobConfig, program: Program) -> dict[str, str]:
     """The variables every launcher adds: the toolkit's ``SM_*`` set (with ``SM_USER_ARGS`` in
     our argv form), ``PYTHONPATH`` led by the code directory (the container's own ``PYTHONPATH``
-    follows it, as the toolkit's does), unbuffered Python output, and the warm pool's cache
-    directories (``config.cache_env``)."""
+    follows it, as the toolkit's does), unbuffered Python output, Python's fault handler (every
+    thread's Python stack on stderr when a process dies of SIGSEGV, SIGABRT, SIGBUS, SIGFPE or
+    SIGILL: a C++ library's abort at exit names where each thread was; docs.python.org
+    ``faulthandler``), and the warm pool's cache directories (``config.cache_env``)."""
     env = dict(config.sm_env)
     env.update(config.cache_env)
     env["SM_USER_ARGS"] = json.dumps(to_argv(config.user_hyperparameters))
@@ -102,6 +104,7 @@ def job_env(config: JobConfig, program: Program) -> dict[str, str]:
     env["SAGEMAKER_BASE_DIR"] = config.base_dir
     env["PYTHONPATH"] = os.pathsep.join(p for p in (config.code_dir, config.inherited_pythonpath) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"
     return env
 
 

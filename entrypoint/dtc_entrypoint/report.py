@@ -125,6 +125,20 @@ def lost_host(host: str, what: str) -> str:
             "memory, or the network to it failed)")
 
 
+# A failure line that only says another host went away (lost_host; under torchrun its train may
+# still say why: peer_failed).
+LOST_HOST = re.compile(r"host (\S+) stopped answering: ")
+
+
+def peer_failed(host: str, line: str) -> str:
+    """``host algo-2 failed: <its failure line>``: another host's own account of its failure, as its
+    ``train`` gave it (``peers.Presence``); a line that already names a failed host is kept as it is."""
+    return line if _PEER_FAILED.match(line) else f"host {host} failed: {line}"
+
+
+_PEER_FAILED = re.compile(r"host \S+ failed: ")
+
+
 def chief_failed(host: str, exit_code: int) -> str:
     """``the chief on host algo-1 failed (exit code 1) ...``: a parameter-server worker host's
     account of a job whose chief failed (``tf_server``)."""

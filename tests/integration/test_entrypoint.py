@@ -1,5 +1,6 @@
 """`train` against /opt/ml trees with user scripts: argv fidelity, failures, exit codes, code fetching."""
 
+import re
 import shutil
 import tarfile
 import time
@@ -66,6 +67,23 @@ def test_a_failing_rank_under_mpi_comes_first_named_with_its_host(make_job, sour
     assert result.returncode == code, result.output
     assert result.failure.splitlines()[0] == first, result.failure
     assert "rank 1 on host algo-1" in result.failure
+
+
+def test_a_rank_that_aborts_leaves_every_threads_python_stack_in_the_failure_file(make_job, source_dir):
+    """Python's fault handler is on in every process the entrypoint starts (plan.job_env): a rank
+    killed by SIGABRT (a C++ library's std::terminate at teardown, issue #41) leaves each thread's
+    Python stack, the aborting thread's first, in its stderr and so in the failure file."""
+    copy_programs(source_dir, "raise_error.py")
+    root = make_job({"sagemaker_program": "raise_error.py", "sagemaker_submit_directory": str(source_dir),
+                     "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2,
+                     "mode": "abort-rank-1"})
+    result = run_train(root, timeout_s=60)
+    assert result.returncode == 128 + 6, result.output
+    assert result.failure.splitlines()[0].startswith("rank 1 on host algo-1 was killed by SIGABRT"), result.failure
+    untagged = re.sub(r"\[1,1\]<stderr>:", "", result.failure)   # mpirun tags each of the handler's writes
+    stacks = untagged[untagged.index("Fatal Python error: Aborted"):]
+    aborting, waiting = stacks.index("in close_transport"), stacks.index("in leave_process_group")
+    assert stacks.index("Current thread") < aborting < stacks.index("Thread 0x") < waiting, result.failure
 
 
 @pytest.mark.parametrize("options, first", [

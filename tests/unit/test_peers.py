@@ -1,0 +1,62 @@
+"""A torchrun host's presence (peers.Presence) and the others' watch of it: a host whose training
+failed says why for a few seconds before its port closes, so that the other hosts' failure files
+carry its cause instead of "host ... stopped answering" (issue #41, item 0)."""
+
+import socket
+import threading
+import time
+
+from dtc_entrypoint import peers, report
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_running_presence_answers_nothing_and_a_failed_one_its_line_until_it_closes():
+    port = free_port()
+    presence = peers.Presence(port)
+    try:
+        assert peers.failure_notice("127.0.0.1", port) == ""
+        line = "rank 3 on host algo-2 was killed by SIGABRT (exit code 134)"
+        failing = threading.Thread(target=presence.fail, args=(line + "\n", 1.0))
+        failing.start()
+        time.sleep(0.2)
+        assert peers.failure_notice("127.0.0.1", port) == line
+        failing.join(timeout=5)
+        assert not failing.is_alive()
+        assert peers.failure_notice("127.0.0.1", port) is None   # closed after its linger
+    finally:
+        presence.shutdown()   # a second shutdown is harmless
+
+
+def test_the_watch_returns_a_failed_hosts_line_at_once_and_a_closed_host_after_its_checks():
+    failed_port, running_port = free_port(), free_port()
+    failed, running = peers.Presence(failed_port), peers.Presence(running_port)
+    try:
+        threading.Thread(target=failed.fail, args=("CUDA error: out of memory", 10.0), daemon=True).start()
+        time.sleep(0.2)
+        started = time.monotonic()
+        gone = peers.watch_until_one_closes([("127.0.0.1", running_port), ("127.0.0.1", failed_port)],
+                                            poll_s=0.2, notices=True)
+        assert gone == peers.Gone("127.0.0.1", failed_port, "CUDA error: out of memory")
+        assert time.monotonic() - started < 2
+
+        # without notices (sshd, TensorFlow servers) the same port is only up, until it closes
+        threading.Timer(0.5, running.shutdown).start()
+        gone = peers.watch_until_one_closes([("127.0.0.1", running_port)], closed_checks=2, poll_s=0.2)
+        assert gone == peers.Gone("127.0.0.1", running_port, None)
+    finally:
+        failed.shutdown()
+        running.shutdown()
+
+
+def test_a_peers_line_is_named_by_its_host_once():
+    assert report.peer_failed("algo-2", "rank 3 on host algo-2 was killed by SIGKILL") == \
+        "host algo-2 failed: rank 3 on host algo-2 was killed by SIGKILL"
+    relayed = "host algo-2 failed: rank 3 on host algo-2 was killed by SIGKILL"
+    assert report.peer_failed("algo-3", relayed) == relayed
+    assert report.LOST_HOST.match(report.lost_host("algo-2", "its train (algo-2:2226) stopped answering")).group(1) \
+        == "algo-2"
