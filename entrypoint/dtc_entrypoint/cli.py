@@ -57,7 +57,7 @@ PEER_NOTICE_WAIT_S = 15.0
 KNOWN_FRAMEWORK_PARAMETERS = {
     *strategy.STRATEGY_FLAGS, *strategy.UNSUPPORTED_FLAGS,
     job_config.MPI_PROCESSES_PER_HOST, job_config.MPI_NUM_PROCESSES, job_config.MPI_CUSTOM_OPTIONS,
-    job_config.PREFLIGHT,
+    job_config.PREFLIGHT, job_config.STALL_TIMEOUT,
     "sagemaker_instance_type", "sagemaker_distribution_instance_groups",
 }
 

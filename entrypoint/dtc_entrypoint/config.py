@@ -33,6 +33,11 @@ MPI_CUSTOM_OPTIONS = "sagemaker_mpi_custom_mpi_options"
 PREFLIGHT = "sagemaker_preflight"
 PREFLIGHT_VARIABLE = "DTC_PREFLIGHT"
 PREFLIGHT_MODES = ("off", "quick", "full")
+# Stall detection: seconds a collective may wait for a rank that does not arrive before the job
+# ends (Horovod's stall inspector); the hyperparameter wins over the variable; 0 turns it off.
+STALL_TIMEOUT = "sagemaker_stall_timeout_s"
+STALL_TIMEOUT_VARIABLE = "DTC_STALL_TIMEOUT_S"
+DEFAULT_STALL_TIMEOUT_S = 1800
 
 # Variables of the container's environment that launchers pass on to every process, by name
 # (mpirun -x NAME), so their values never appear in a command line or a log.
@@ -114,6 +119,9 @@ class JobConfig:
         preflight: ``off``, ``quick`` (the default) or ``full``: ``sagemaker_preflight``, else
             ``$DTC_PREFLIGHT`` (``preflight_mode``).
         instance_type: this host's instance type (resourceconfig ``current_instance_type``), or ``""``.
+        stall_timeout_s: seconds (int) a collective may wait for a rank that does not arrive before the
+            job ends, 0 for never: ``sagemaker_stall_timeout_s``, else ``$DTC_STALL_TIMEOUT_S``
+            (``stall_timeout_s``).
     """
 
     base_dir: str
@@ -141,6 +149,7 @@ class JobConfig:
     cache_env: Mapping[str, str] = field(default_factory=dict)
     preflight: str = "quick"
     instance_type: str = ""
+    stall_timeout_s: int = DEFAULT_STALL_TIMEOUT_S
 
     @property
     def model_dir(self) -> str:
@@ -261,6 +270,30 @@ def preflight_mode(framework_parameters: Mapping[str, object], environ: Mapping[
     return "quick"
 
 
+def stall_timeout_s(framework_parameters: Mapping[str, object], environ: Mapping[str, str]) -> int:
+    """Seconds a collective may wait for a rank that does not arrive before the job ends: the
+    ``sagemaker_stall_timeout_s`` hyperparameter, else ``$DTC_STALL_TIMEOUT_S``, else
+    ``DEFAULT_STALL_TIMEOUT_S`` (1800); 0 turns the check off.
+
+    Raises:
+        ConfigError: a value that is not a whole number of seconds >= 0, naming where it came from.
+    """
+    for key, value in ((STALL_TIMEOUT, framework_parameters.get(STALL_TIMEOUT)),
+                       (STALL_TIMEOUT_VARIABLE, environ.get(STALL_TIMEOUT_VARIABLE))):
+        if value in (None, ""):
+            continue
+        try:
+            seconds = int(str(value).strip())
+        except ValueError:
+            seconds = -1
+        if seconds < 0:
+            where = "hyperparameter" if key == STALL_TIMEOUT else "environment variable"
+            raise ConfigError(f"{where} {key}={value!r} is not a whole number of seconds >= 0 (0 turns the stall "
+                              "check off)", key=key)
+        return seconds
+    return DEFAULT_STALL_TIMEOUT_S
+
+
 def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str = sys.executable,
                      network_interface: str | None = None) -> JobConfig:
     """Builds the config from a sagemaker-training ``Environment`` and the process environment
@@ -312,6 +345,7 @@ def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str
                                               for name, settings in env.input_data_config.items()}),
         cache_env=MappingProxyType(warm_pool_cache_env(environ)),
         preflight=preflight_mode(framework_parameters, environ),
+        stall_timeout_s=stall_timeout_s(framework_parameters, environ),
         instance_type=str(getattr(env, "current_instance_type", "") or ""),
     )
 

@@ -6,7 +6,7 @@ from types import MappingProxyType
 from . import rank_shim
 from . import strategy as strategies
 from .config import JobConfig
-from .plan import HOST_SPECIFIC_SM_VARS, LaunchPlan, job_env, network_env, program_argv
+from .plan import HOST_SPECIFIC_SM_VARS, LaunchPlan, horovod_stall_env, job_env, network_env, program_argv
 from .program import Program
 
 # Prefixed to each rank's command on multi-host jobs: loads the SM_* identity of the host the
@@ -69,6 +69,7 @@ def mpi_plan(config: JobConfig, program: Program) -> LaunchPlan:
     env = job_env(config, program)
     custom_args, custom_env = split_custom_mpi_options(config.mpi.custom_options)
     env.update(network_env(config))
+    env.update(horovod_stall_env(config))
     env.update(custom_env)
     common = dict(strategy=strategies.MPI, workdir=program.workdir, hosts=hosts, master_host=config.master_host,
                   processes_per_host=per_host, world_size=world_size,

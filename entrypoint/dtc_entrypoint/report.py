@@ -176,6 +176,33 @@ def lost_peer(lines: Sequence[str], peers: Mapping[str, str]) -> str | None:
     return None
 
 
+# Horovod's stall inspector (horovod/common/stall_inspector.cc) past its shutdown time: "Missing
+# ranks:", a line per rank ("1!: [allreduce.grad.3]", "!" marking one stalled past the limit), then
+# "One or more rank (marked by "!") is stalled for longer than N seconds. Will shutdown."
+_HOROVOD_STALLED_RANK = re.compile(r"^(\d+)!: \[(.*)\]\s*$")
+_HOROVOD_SHUTDOWN = re.compile(r"is stalled for longer than (\d+) seconds\. Will shutdown")
+
+
+def horovod_stall(lines: Sequence[str]) -> str | None:
+    """``stalled 600 s: rank 1 did not submit allreduce.grad.3, which the other ranks wait for
+    (...)`` when Horovod's stall inspector shut the job down (``plan.horovod_stall_env``), from
+    its report in the ranks' stderr (untagged); ``None`` otherwise."""
+    text = [line.strip() for line in lines]
+    shutdown = next((match for line in text if (match := _HOROVOD_SHUTDOWN.search(line))), None)
+    if shutdown is None:
+        return None
+    stalled: dict[int, str] = {}
+    for line in text:
+        if match := _HOROVOD_STALLED_RANK.match(line):
+            stalled.setdefault(int(match.group(1)), match.group(2))
+    if not stalled:
+        return None
+    ranks = ", ".join(f"rank {rank} did not submit {tensors}" for rank, tensors in sorted(stalled.items()))
+    return (f"stalled {shutdown.group(1)} s: {ranks}, which the other ranks wait for (Horovod's stall inspector "
+            "ended the job: a rank skipped a collective, called them in another order or with other names, or is "
+            "stuck elsewhere; sagemaker_stall_timeout_s sets the limit)")
+
+
 def dead_rank(lines: Sequence[str]) -> str | None:
     """One sentence naming the rank that died of a signal, its host and the signal, from
     rank_shim's line (MPI) or torchrun's "Root Cause" block, or the host whose MPI daemon
@@ -319,7 +346,8 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
     raised an exception and then died of SIGABRT, a library aborting at exit, is named by its
     exception) or a host that
     was lost (``peer_lost``, or what ``lost_peer`` finds with ``peers``), else mpirun refusing
-    its options (``mpirun_error``), else the exception the program raised (from the first rank
+    its options (``mpirun_error``), else Horovod's stall inspector ending the job
+    (``horovod_stall``: the ranks that did not arrive), else the exception the program raised (from the first rank
     that printed one; ``missing_module_hint`` as the second line for a ``ModuleNotFoundError``;
     for a removed API, ``removed_api``'s replacement first and the exception second),
     else argparse's error line with ``usage_error``'s hint as the second line, else the rank
@@ -351,6 +379,7 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
         died, culprit, hint = None, own, missing_module_hint(own)
         where = f"rank {aborted.group(1)} on host {aborted.group(2)}"
     rejected = mpirun_error(untagged)
+    stalled = horovod_stall(untagged)
     failed = failed_rank(untagged)
     if failed and where == f"rank {failed[0]}":
         where += f" on host {failed[1]}"
@@ -360,6 +389,8 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
         headline = died
     elif rejected:
         headline = rejected
+    elif stalled:   # the others' exceptions ("Horovod has been shut down") follow from it
+        headline = stalled
     elif culprit:
         headline = culprit
     elif failed:

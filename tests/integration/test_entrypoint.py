@@ -86,6 +86,24 @@ def test_a_rank_that_aborts_leaves_every_threads_python_stack_in_the_failure_fil
     assert stacks.index("Current thread") < aborting < stacks.index("Thread 0x") < waiting, result.failure
 
 
+def test_a_horovod_rank_that_skips_an_all_reduce_ends_the_job_at_the_stall_timeout_naming_it(make_job, source_dir):
+    """Horovod's stall inspector is on with the job's stall timeout (sagemaker_stall_timeout_s;
+    plan.horovod_stall_env): rank 1 never submits the all-reduce rank 0 waits in, so the job ends
+    soon after the timeout instead of hanging, and the failure's first line names the rank and the
+    tensor (issue #41)."""
+    copy_programs(source_dir, "horovod_stall.py")
+    root = make_job({"sagemaker_program": "horovod_stall.py", "sagemaker_submit_directory": str(source_dir),
+                     "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2,
+                     "sagemaker_stall_timeout_s": 8})
+    started = time.monotonic()
+    result = run_train(root, timeout_s=180)
+    took_s = time.monotonic() - started
+    assert result.returncode not in (0, 124), result.output[-3000:]
+    assert result.failure.splitlines()[0].startswith(
+        "stalled 8 s: rank 1 did not submit allreduce.grad.skipped, which the other ranks wait for"), result.failure
+    assert took_s < 8 + 45, f"the job ended {took_s:.0f} s after it started"
+
+
 @pytest.mark.parametrize("options, first", [
     ("--bogus-option", 'mpirun rejected its options: unknown option "--bogus-option": fix '
                        "sagemaker_mpi_custom_mpi_options in the job's hyperparameters"),

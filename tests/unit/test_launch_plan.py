@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from dtc_entrypoint import config as job_config
 from dtc_entrypoint import launch
 from dtc_entrypoint.config import JobConfig, MpiConfig, mpi_config, natural_key, relocate
 from dtc_entrypoint.errors import ConfigError
@@ -141,3 +142,22 @@ def test_a_warm_pool_cache_gives_every_process_its_cache_directories_unless_the_
         assert {name: plan.env[name] for name in caches} == caches
         if plan.strategy == "mpi":   # forwarded to the ranks mpirun starts
             assert all(plan.argv[plan.argv.index(name) - 1] == "-x" for name in caches)
+
+
+def test_mpi_plans_turn_horovods_stall_inspector_into_the_jobs_stall_timeout():
+    assert job_config.stall_timeout_s({}, {}) == 1800
+    assert job_config.stall_timeout_s({}, {"DTC_STALL_TIMEOUT_S": "0"}) == 0
+    assert job_config.stall_timeout_s({"sagemaker_stall_timeout_s": 90}, {"DTC_STALL_TIMEOUT_S": "0"}) == 90
+    for framework, environ in (({"sagemaker_stall_timeout_s": "soon"}, {}), ({}, {"DTC_STALL_TIMEOUT_S": "-5"})):
+        with pytest.raises(ConfigError, match=r"(sagemaker_stall_timeout_s='soon'|DTC_STALL_TIMEOUT_S='-5') is not "
+                                              r"a whole number of seconds >= 0"):
+            job_config.stall_timeout_s(framework, environ)
+
+    mpi = MpiConfig(enabled=True, processes_per_host=2)
+    env = launch.build(job(mpi=mpi, stall_timeout_s=600), SCRIPT).env
+    assert (env["HOROVOD_STALL_CHECK_TIME_SECONDS"], env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"]) == ("60", "600")
+    env = launch.build(job(mpi=mpi, stall_timeout_s=8), SCRIPT).env
+    assert (env["HOROVOD_STALL_CHECK_TIME_SECONDS"], env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"]) == ("4", "8")
+    off = launch.build(job(mpi=mpi, stall_timeout_s=0), SCRIPT).env
+    own = launch.build(job(mpi=mpi, inherited_names=("PATH", "HOROVOD_STALL_CHECK_TIME_SECONDS")), SCRIPT).env
+    assert not {k for k in {**off, **own} if k.startswith("HOROVOD_STALL")}   # off, or the user's own settings

@@ -243,3 +243,26 @@ def test_a_sigkill_is_called_an_out_of_memory_kill_only_when_the_count_grew():
     assert report.dead_rank([f"[1,3]<stderr>:[dtc] {line} (exit code 137)"]) == line
     assert report.dead_rank(["[dtc] rank 3 on host algo-2 was killed by SIGKILL (exit code 137)"]) == (
         f"rank 3 on host algo-2 was killed by SIGKILL ({report.OOM_HINT})")
+
+
+def test_horovods_stall_shutdown_names_the_rank_and_tensor_before_the_shutdown_exceptions():
+    """Horovod 0.28.1's stall inspector output, as mpirun tagged it in a real run (2026-11-28)."""
+    tail = [
+        "[1,0]<stderr>:[[1,0]<stderr>:2026-11-28 03:13:13[1,0]<stderr>:.[1,0]<stderr>: 67128[1,0]<stderr>:: W "
+        "stall_inspector.cc:107] One or more tensors were submitted to be reduced, gathered or broadcasted by subset "
+        "of ranks and are waiting for remainder of ranks for more than 3 seconds. ",
+        "[1,0]<stderr>:Missing ranks:",
+        "[1,0]<stderr>:1: [allreduce.grad.skipped][1,0]<stderr>:",
+        "[1,0]<stderr>:[2026-11-28 03:13:16. 67961: E stall_inspector.cc:105] One or more tensors were submitted ...",
+        "[1,0]<stderr>:Missing ranks:",
+        "[1,0]<stderr>:1!: [allreduce.grad.skipped]",
+        '[1,0]<stderr>:One or more rank (marked by "!") is stalled for longer than 8 seconds. Will shutdown.',
+        "[1,0]<stderr>:Traceback (most recent call last):",
+        '[1,0]<stderr>:  File "/opt/ml/code/train.py", line 11, in <module>',
+        "[1,0]<stderr>:horovod.common.exceptions.HorovodInternalError: Horovod has been shut down. This was caused by "
+        "an exception on one of the ranks ...",
+    ]
+    first = report.describe_failure("train.py", 1, tail).splitlines()[0]
+    assert first.startswith("stalled 8 s: rank 1 did not submit allreduce.grad.skipped, which the other ranks wait "
+                            "for (Horovod's stall inspector ended the job"), first
+    assert report.horovod_stall([line for line in tail if "Will shutdown" not in line]) is None   # a warning only
