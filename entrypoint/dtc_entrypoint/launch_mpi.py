@@ -6,12 +6,29 @@ from types import MappingProxyType
 from . import rank_shim
 from . import strategy as strategies
 from .config import JobConfig
-from .plan import HOST_SPECIFIC_SM_VARS, LaunchPlan, horovod_stall_env, job_env, network_env, program_argv
+from .plan import HOST_SPECIFIC_SM_VARS, LaunchPlan, job_env, network_env, program_argv
 from .program import Program
 
 # Prefixed to each rank's command on multi-host jobs: loads the SM_* identity of the host the
 # rank runs on (written there by that host's entrypoint) and execs the program.
 HOST_IDENTITY_MODULE = "dtc_entrypoint.host_identity"
+
+
+HOROVOD_STALL_CHECK = "HOROVOD_STALL_CHECK_TIME_SECONDS"
+HOROVOD_STALL_SHUTDOWN = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"
+
+
+def horovod_stall_env(config: JobConfig) -> dict[str, str]:
+    """Horovod's stall inspector set to end the job (``config.stall_timeout_s``): it warns after
+    ``HOROVOD_STALL_CHECK_TIME_SECONDS`` (half the timeout, at most Horovod's own 60 s) and shuts
+    Horovod down after ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, naming the ranks that did not
+    submit a tensor the others wait for (horovod/common/stall_inspector.cc; Horovod's
+    "Troubleshooting" docs). Nothing when the check is off or the container's environment sets
+    either variable itself (the user's own settings win)."""
+    timeout_s = config.stall_timeout_s
+    if not timeout_s or {HOROVOD_STALL_CHECK, HOROVOD_STALL_SHUTDOWN} & set(config.inherited_names):
+        return {}
+    return {HOROVOD_STALL_CHECK: str(min(60, max(1, timeout_s // 2))), HOROVOD_STALL_SHUTDOWN: str(timeout_s)}
 
 
 def split_custom_mpi_options(options: str) -> tuple[list[str], dict[str, str]]:

@@ -116,7 +116,8 @@ def watch_until_one_closes(endpoints: Sequence[tuple[str, int]], closed_checks: 
             said = failure_notice(*endpoint, timeout_s=poll_s) if notices else None
             if said:
                 return Gone(*endpoint, said)
-            if said is not None or accepts(*endpoint, timeout_s=poll_s):
+            up = (said is not None) if notices else accepts(*endpoint, timeout_s=poll_s)   # one connection a poll
+            if up:
                 seen_up.add(endpoint)
                 refused[endpoint] = 0
             elif endpoint in seen_up:

@@ -108,23 +108,6 @@ def job_env(config: JobConfig, program: Program) -> dict[str, str]:
     return env
 
 
-HOROVOD_STALL_CHECK = "HOROVOD_STALL_CHECK_TIME_SECONDS"
-HOROVOD_STALL_SHUTDOWN = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"
-
-
-def horovod_stall_env(config: JobConfig) -> dict[str, str]:
-    """Horovod's stall inspector set to end the job (``config.stall_timeout_s``): it warns after
-    ``HOROVOD_STALL_CHECK_TIME_SECONDS`` (half the timeout, at most Horovod's own 60 s) and shuts
-    Horovod down after ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, naming the ranks that did not
-    submit a tensor the others wait for (horovod/common/stall_inspector.cc; Horovod's
-    "Troubleshooting" docs). Nothing when the check is off or the container's environment sets
-    either variable itself (the user's own settings win)."""
-    timeout_s = config.stall_timeout_s
-    if not timeout_s or {HOROVOD_STALL_CHECK, HOROVOD_STALL_SHUTDOWN} & set(config.inherited_names):
-        return {}
-    return {HOROVOD_STALL_CHECK: str(min(60, max(1, timeout_s // 2))), HOROVOD_STALL_SHUTDOWN: str(timeout_s)}
-
-
 def program_argv(config: JobConfig, program: Program, under_mpi4py: bool = False) -> list[str]:
     """The program with its interpreter and the user's hyperparameters as arguments."""
     if program.is_python:

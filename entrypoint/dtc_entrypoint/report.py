@@ -130,13 +130,13 @@ def lost_host(host: str, what: str) -> str:
 LOST_HOST = re.compile(r"host (\S+) stopped answering: ")
 
 
+_PEER_FAILED = re.compile(r"host \S+ failed: ")
+
+
 def peer_failed(host: str, line: str) -> str:
     """``host algo-2 failed: <its failure line>``: another host's own account of its failure, as its
     ``train`` gave it (``peers.Presence``); a line that already names a failed host is kept as it is."""
     return line if _PEER_FAILED.match(line) else f"host {host} failed: {line}"
-
-
-_PEER_FAILED = re.compile(r"host \S+ failed: ")
 
 
 def chief_failed(host: str, exit_code: int) -> str:
