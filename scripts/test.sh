@@ -151,7 +151,8 @@ while read -r name seconds code; do
 done < <(cat "$state/rows" 2>/dev/null)
 printf '%-12s %8d %8.1f\n' "wall clock" "$SECONDS" "$(awk -v s="$SECONDS" 'BEGIN { print s / 60 }')"
 printf '%s]\n' "${json%,}" > build/test-phases.json
-# Every tier's counts in one closing line, in pytest's own summary format (a reader of the log that
+# The failed tests of every tier by name (a log cut in its middle still names them), then every
+# tier's counts in one closing line, in pytest's own summary format (a reader of the log that
 # takes its last pytest summary line gets the whole run, not the last tier's).
 python3 - "$SECONDS" build/junit-*.xml <<'PY'
 import datetime
@@ -159,10 +160,21 @@ import os
 import sys
 import xml.etree.ElementTree as ET
 counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+failed = []   # (tier, test id, the first line of its message): named here, where a cut log still shows them
 for path in (p for p in sys.argv[2:] if os.path.exists(p)):   # the glob itself when no tier ran
+    tier = os.path.basename(path)[len("junit-"):-len(".xml")]
     for suite in ET.parse(path).getroot().iter("testsuite"):
         for key in counts:
             counts[key] += int(suite.get(key, 0))
+        for case in suite.iter("testcase"):
+            for outcome in (case.find("failure"), case.find("error")):
+                if outcome is not None:
+                    message = (outcome.get("message") or "").strip().splitlines() or [""]
+                    failed.append((tier, f"{case.get('classname')}::{case.get('name')}", message[0][:300]))
+if failed:
+    print("\nwhat failed, every tier:")
+    for tier, test, message in failed:
+        print(f"FAILED [{tier}] {test}: {message}")
 passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
 parts = [f"{n} {word}" for n, word in ((counts["failures"], "failed"), (passed, "passed"),
                                        (counts["skipped"], "skipped"), (counts["errors"], "errors")) if n]
