@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -63,7 +64,7 @@ EXAMPLES = {
 PROGRESS = re.compile(r"progress epoch=(\d+)/(\d+) step=(\d+)/(\d+) samples_per_second=([0-9.]+) eta_seconds=(\d+)")
 RESUMING = re.compile(r"resuming from .*: epoch (\d+)(?: of \d+)? done, (\d+) (?:of \d+ )?steps of epoch \d+ done")
 FAULT_LINE = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+) \[rank (\d+)\] "
-                        r"DTC_FAULT: ending this rank after step (\d+)")
+                        r"DTC_FAULT: (?:ending|stalling) this rank after step (\d+)")
 SCALAR_TAGS = {"train/loss", "train/accuracy", "validation/loss", "validation/accuracy",
                "throughput/samples_per_second", "time/epoch_seconds"}
 VALIDATION_IMAGES = 360          # the digits validation channel (dtc_train.digits)
@@ -212,9 +213,31 @@ def run_train(base_dir: Path, *args: str, env: dict | None = None, timeout_s: fl
     env = env or {}
     if "--plan" not in args:
         env = {**own_ports(), **env}
-    done = subprocess.run([str(BIN / "train"), *args], env=train_env(base_dir, env), capture_output=True, text=True,
-                          timeout=timeout_s, stdin=subprocess.DEVNULL)
+    try:
+        done = subprocess.run([str(BIN / "train"), *args], env=train_env(base_dir, env), capture_output=True,
+                              text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as expired:   # train is killed; say where its processes were, end them
+        raise AssertionError(f"train did not end within {timeout_s:.0f} s: "
+                             f"{hung_processes(base_dir / 'output' / '.stacks')}") from expired
     return TrainResult(done.returncode, done.stdout, done.stderr, base_dir)
+
+
+def hung_processes(stacks_dir: Path) -> str:
+    """Where the processes registered in ``stacks_dir`` are (dtc_entrypoint.stack_dump: every
+    Python process started with ``DTC_STACKS_DIR`` set writes its stacks on request), first as
+    one line (forensics.where_ranks_are), then each one's dump; then kills them: what a test
+    that timed out reports, so that a hang seen once in CI says where it was."""
+    from dtc_entrypoint import forensics, stack_dump
+
+    paths = stack_dump.request(str(stacks_dir))
+    dumps = [d for d in map(forensics.parse, paths) if d]
+    for dump in dumps:
+        try:
+            os.kill(dump.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    text = "\n".join(f"--- {path}\n{Path(path).read_text()}" for path in paths)
+    return f"{forensics.where_ranks_are(dumps)}\n{text}"
 
 
 def processes_of_job(base_dir: Path) -> list[str]:

@@ -8,16 +8,21 @@ Usage: ``train`` (run the job) or ``train --plan`` (print this host's plan as JS
 """
 
 import argparse
+import atexit
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
 import traceback
 
+import psutil
+
 from . import config as job_config
 from . import (
+    forensics,
     host_identity,
     launch,
     memory,
@@ -27,6 +32,7 @@ from . import (
     rank_shim,
     redact,
     report,
+    stack_dump,
     strategy,
     supervise,
 )
@@ -35,13 +41,14 @@ from .errors import (
     EXIT_INTERNAL_ERROR,
     EXIT_PEER_ERROR,
     EXIT_PREFLIGHT_ERROR,
+    EXIT_STALLED,
     ConfigError,
     PeerError,
     PreflightError,
     ProgramNotFoundError,
     StoppedBeforeLaunch,
 )
-from .plan import HOST_SPECIFIC_SM_VARS
+from .plan import HOST_SPECIFIC_SM_VARS, flight_recorder_dir, heartbeat_file, stacks_dir
 from .preflight.run import run as run_preflight
 
 log = logging.getLogger("dtc")
@@ -57,7 +64,7 @@ PEER_NOTICE_WAIT_S = 15.0
 KNOWN_FRAMEWORK_PARAMETERS = {
     *strategy.STRATEGY_FLAGS, *strategy.UNSUPPORTED_FLAGS,
     job_config.MPI_PROCESSES_PER_HOST, job_config.MPI_NUM_PROCESSES, job_config.MPI_CUSTOM_OPTIONS,
-    job_config.PREFLIGHT, job_config.STALL_TIMEOUT,
+    job_config.PREFLIGHT, job_config.STALL_TIMEOUT, job_config.STALL_STARTUP_GRACE,
     "sagemaker_instance_type", "sagemaker_distribution_instance_groups",
 }
 
@@ -164,6 +171,55 @@ def _peer_watch(plan: launch.LaunchPlan, current_host: str, ports: strategy.Port
     return watch
 
 
+def _stall_rule(config: job_config.JobConfig, plan: launch.LaunchPlan) -> supervise.StallRule | None:
+    """This host's ``supervise.StallRule`` (``config.stall_timeout_s``; ``None`` when 0). On a
+    stall it asks every Python process for its stacks (``stack_dump``), keeps this host's
+    in ``output/data/forensics/stacks`` and says where each rank is (``forensics``): the
+    failure's first line, then each process's main-thread frames.
+
+    The master judges the job's progress by its own output (under MPI every rank's; otherwise its
+    ranks', rank 0 among them, which a stall anywhere stops too). Under torchrun the other hosts,
+    whose ranks print nothing in a healthy job, do not judge: they read their ranks' stacks when
+    the master reports a stall (``StallRule.judges``). Other strategies' other hosts have no rule:
+    the master's end reaches them as any failure does."""
+    if not config.stall_timeout_s:
+        return None
+    judges = plan.master_host == config.current_host
+    if not judges and plan.strategy != strategy.TORCH_DISTRIBUTED:
+        return None
+
+    def on_stall(idle_s: float) -> str:
+        # under MPI through mpirun, which passes the signal to every rank on every host (the other
+        # hosts keep their ranks' stacks: _serve_mpi_worker)
+        mpirun = [p.pid for p in psutil.Process().children(recursive=True) if p.name() in ("mpirun", "orterun")]
+        paths = stack_dump.request(stacks_dir(config), stack_dump.REQUEST_WAIT_S, via=mpirun[0] if mpirun else None)
+        dumps = sorted(filter(None, map(forensics.parse, paths)),
+                       key=lambda d: (d.rank is None, d.rank or 0, d.pid))
+        folder = forensics.keep(paths, config.output_dir)
+        lines = [f"stalled {idle_s:.0f} s: {forensics.where_ranks_are(dumps)} (no output and no heartbeat for "
+                 f"{idle_s:.0f} s: {job_config.STALL_TIMEOUT}={config.stall_timeout_s}; every process's stacks in "
+                 f"{folder})", ""]
+        for dump in dumps:
+            who = f"rank {dump.rank}" if dump.rank is not None else "process"
+            lines.append(f"{who} (pid {dump.pid}, host {dump.host or config.current_host}; {dump.argv[:160]}):")
+            lines += [f"  {frame.filename}:{frame.line} in {frame.function}" for frame in dump.main[:12]]
+        return "\n".join(lines) + "\n"
+
+    return supervise.StallRule(config.stall_timeout_s, config.stall_startup_grace_s, heartbeat_file(config),
+                               on_stall, judges)
+
+
+def _peer_notice(config: job_config.JobConfig, hosts: list[str], extra_s: float = 0.0) -> peers.Gone | None:
+    """Under torchrun: the first of ``hosts`` whose ``train`` says why its training failed
+    (``peers.Presence.fail``) within ``$DTC_PEER_NOTICE_WAIT_S`` (plus ``extra_s``), or ``None``."""
+    wait_s = _env_seconds("DTC_PEER_NOTICE_WAIT_S", PEER_NOTICE_WAIT_S) + extra_s
+    log.info("waiting up to %.0f s for %s to say why its training failed", wait_s, " or ".join(hosts))
+    deadline = time.monotonic() + wait_s
+    said = peers.watch_until_one_closes([(host, config.ports.presence) for host in hosts], closed_checks=1,
+                                        notices=True, stop=lambda: time.monotonic() > deadline)
+    return said if said is not None and said.notice else None
+
+
 def _serve_mpi_worker(config: job_config.JobConfig, plan: launch.LaunchPlan, program_name: str) -> int:
     """An MPI worker host's part (``mpi_hosts.serve_as_worker``) and its verdict: stopped, a rank
     here failed (its ``rank_shim`` note), a rank here ended unfinished (the master's mpirun
@@ -188,6 +244,9 @@ def _serve_mpi_worker(config: job_config.JobConfig, plan: launch.LaunchPlan, pro
         else:
             text, code = (f"rank {unfinished} on host {config.current_host} did not finish: mpirun's daemon ended it "
                           f"because the master's mpirun (host {plan.master_host}) ended the job"), EXIT_INTERNAL_ERROR
+        kept = stack_dump.dumped(stacks_dir(config))   # asked for by the master's stall rule
+        if kept:
+            text += f" (its ranks' stacks: {forensics.keep(kept, config.output_dir)})"
         report.write_failure(config.output_dir, text + "\n\nThe master host's failure file has the job's whole "
                              "account (its mpirun saw every rank's output).\n")
         log.error("training failed on this host: %s", text)
@@ -221,6 +280,13 @@ def run_job(plan_only: bool) -> int:
         print(json.dumps({"current_host": config.current_host, **redact.redact_plan(plan.to_dict())}, indent=2))
         return 0
     report.clear_status(config.output_dir)
+    forensics.clear(config.output_dir, stacks_dir(config))
+    if not stack_dump.ensure_hook():
+        log.warning("cannot write %s into site-packages: a stalled job's processes will not write their stacks",
+                    stack_dump.PTH_NAME)
+    os.makedirs(flight_recorder_dir(config), exist_ok=True)
+    atexit.register(shutil.rmtree, stacks_dir(config), True)   # the registrations go with the job,
+    atexit.register(forensics.remove_empty, config.output_dir)   # and the forensics folders it left empty
     phase.current = "waiting for the other hosts"
     others = [h for h in plan.hosts if h != config.current_host]
     addresses: dict[str, str] = {}
@@ -250,7 +316,7 @@ def run_job(plan_only: bool) -> int:
     try:
         try:
             services += [supervise.start_service(s.name, s.argv, s.env, plan.workdir) for s in plan.services]
-            result = supervise.run(plan.argv, plan.env, plan.workdir, watch=watch)
+            result = supervise.run(plan.argv, plan.env, plan.workdir, watch=watch, stall=_stall_rule(config, plan))
             if plan.end_notice:   # before the parameter servers close: the other hosts' cue
                 peers.send_end_notice(plan.end_notice, 128 + result.signal_received if result.signal_received
                                       else result.exit_code)
@@ -270,19 +336,31 @@ def run_job(plan_only: bool) -> int:
                                            oom_killed=memory.oom_killed_since(oom_kills_before))
         text = account(result.peer_lost)
         lost = report.LOST_HOST.match(text)
-        if presence is not None and lost and not signal_name and not result.peer_lost:
+        if result.stalled:   # ended by this host's stall rule: where the ranks were, then their last words
+            text = "\n".join([result.stalled.rstrip("\n"), "", "Last lines of stderr before the job was ended:",
+                              *(line for line in result.stderr_tail[-40:] if line.strip())]) + "\n"
+            waiting_here = forensics.NOT_ON_THIS_HOST in text.splitlines()[0]
+            if result.peer_lost:   # another host found the stall: its line first unless the culprit is here
+                text = (f"{result.peer_lost}\n\nOn this host, {text}" if waiting_here
+                        else f"{text}\n(The stall was found by another host: {result.peer_lost})\n")
+            elif presence is not None and waiting_here:
+                # every rank here waits for one elsewhere: the others read their stacks on this
+                # word, and the host where a rank is stuck names it
+                presence.say(text.splitlines()[0])
+                said = _peer_notice(config, [host for host in plan.hosts if host != config.current_host],
+                                    extra_s=stack_dump.REQUEST_WAIT_S + 2 * peers.WATCH_POLL_S)
+                if said is not None and report.STALLED.match(said.notice):
+                    text = f"{report.peer_failed(said.host, said.notice)}\n\nOn this host, {text}"
+        elif presence is not None and lost and not signal_name and not result.peer_lost:
             # this host's ranks only saw host X go (Gloo), while X's train answered the watch: it may
             # still be saying why (its rank's signal or exception). A host the watch saw close or
             # stop answering has nothing more to say.
-            wait_s = _env_seconds("DTC_PEER_NOTICE_WAIT_S", PEER_NOTICE_WAIT_S)
-            log.info("waiting up to %.0f s for host %s to say why its training failed", wait_s, lost.group(1))
-            deadline = time.monotonic() + wait_s
-            said = peers.watch_until_one_closes([(lost.group(1), config.ports.presence)], closed_checks=1,
-                                                notices=True, stop=lambda: time.monotonic() > deadline)
-            if said is not None and said.notice:
+            said = _peer_notice(config, [lost.group(1)])
+            if said is not None:
                 text = account(report.peer_failed(said.host, said.notice))
         path = report.write_failure(config.output_dir, text)
         exit_code = (128 + result.signal_received if result.signal_received
+                     else EXIT_STALLED if result.stalled or report.STALLED.match(result.peer_lost or "")
                      else EXIT_PEER_ERROR if result.peer_lost else result.exit_code)
         log.error("training failed (exit code %d): %s [details in %s]", exit_code, text.splitlines()[0], path)
         if presence is not None and not signal_name:   # the other hosts' watch reads this host's cause

@@ -33,17 +33,22 @@ MPI_CUSTOM_OPTIONS = "sagemaker_mpi_custom_mpi_options"
 PREFLIGHT = "sagemaker_preflight"
 PREFLIGHT_VARIABLE = "DTC_PREFLIGHT"
 PREFLIGHT_MODES = ("off", "quick", "full")
-# Stall detection: seconds a collective may wait for a rank that does not arrive before the job
-# ends (Horovod's stall inspector); the hyperparameter wins over the variable; 0 turns it off.
+# Stall detection: seconds without progress (no output, no heartbeat; a collective waiting for a
+# rank, in Horovod's stall inspector) before the job ends, and the extra seconds allowed from the
+# start (a first step compiling, data downloading); the hyperparameter wins over the variable;
+# a timeout of 0 turns detection off.
 STALL_TIMEOUT = "sagemaker_stall_timeout_s"
 STALL_TIMEOUT_VARIABLE = "DTC_STALL_TIMEOUT_S"
 DEFAULT_STALL_TIMEOUT_S = 1800
+STALL_STARTUP_GRACE = "sagemaker_stall_startup_grace_s"
+STALL_STARTUP_GRACE_VARIABLE = "DTC_STALL_STARTUP_GRACE_S"
+DEFAULT_STALL_STARTUP_GRACE_S = 600
 
 # Variables of the container's environment that launchers pass on to every process, by name
 # (mpirun -x NAME), so their values never appear in a command line or a log.
 FORWARDED_NAMES = frozenset({"PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "TRAINING_JOB_NAME",
                              "TRAINING_JOB_ARN", "DTC_FAULT"})
-FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_", "FI_", "TF_", "AWS_", "SAGEMAKER_", "CUDA_", "NVIDIA_")
+FORWARDED_PREFIXES = ("NCCL_", "HOROVOD_", "FI_", "TF_", "AWS_", "SAGEMAKER_", "CUDA_", "NVIDIA_", "TORCH_")
 # A channel's TrainingInputMode (inputdataconfig.json; CreateTrainingJob's Channel.InputMode).
 INPUT_MODES = ("File", "FastFile", "Pipe")
 # SageMaker sets this on a warm pool with the persistent cache on (docs: train-warm-pools); what
@@ -119,9 +124,11 @@ class JobConfig:
         preflight: ``off``, ``quick`` (the default) or ``full``: ``sagemaker_preflight``, else
             ``$DTC_PREFLIGHT`` (``preflight_mode``).
         instance_type: this host's instance type (resourceconfig ``current_instance_type``), or ``""``.
-        stall_timeout_s: seconds (int) a collective may wait for a rank that does not arrive before the
-            job ends, 0 for never: ``sagemaker_stall_timeout_s``, else ``$DTC_STALL_TIMEOUT_S``
-            (``stall_timeout_s``).
+        stall_timeout_s: seconds (int) without progress (no output, no heartbeat; a collective
+            waiting for a rank that does not arrive) before the job ends, 0 for never:
+            ``sagemaker_stall_timeout_s``, else ``$DTC_STALL_TIMEOUT_S`` (``seconds_setting``).
+        stall_startup_grace_s: seconds (int) added to the first stall timeout after the start:
+            ``sagemaker_stall_startup_grace_s``, else ``$DTC_STALL_STARTUP_GRACE_S``.
     """
 
     base_dir: str
@@ -150,6 +157,7 @@ class JobConfig:
     preflight: str = "quick"
     instance_type: str = ""
     stall_timeout_s: int = DEFAULT_STALL_TIMEOUT_S
+    stall_startup_grace_s: int = DEFAULT_STALL_STARTUP_GRACE_S
 
     @property
     def model_dir(self) -> str:
@@ -270,16 +278,16 @@ def preflight_mode(framework_parameters: Mapping[str, object], environ: Mapping[
     return "quick"
 
 
-def stall_timeout_s(framework_parameters: Mapping[str, object], environ: Mapping[str, str]) -> int:
-    """Seconds a collective may wait for a rank that does not arrive before the job ends: the
-    ``sagemaker_stall_timeout_s`` hyperparameter, else ``$DTC_STALL_TIMEOUT_S``, else
-    ``DEFAULT_STALL_TIMEOUT_S`` (1800); 0 turns the check off.
+def seconds_setting(framework_parameters: Mapping[str, object], environ: Mapping[str, str], key: str,
+                    variable: str, default: int) -> int:
+    """A whole number of seconds >= 0: the hyperparameter ``key``, else the environment variable
+    ``variable``, else ``default`` (the stall settings: ``STALL_TIMEOUT``, where 0 turns the
+    check off, and ``STALL_STARTUP_GRACE``).
 
     Raises:
         ConfigError: a value that is not a whole number of seconds >= 0, naming where it came from.
     """
-    for key, value in ((STALL_TIMEOUT, framework_parameters.get(STALL_TIMEOUT)),
-                       (STALL_TIMEOUT_VARIABLE, environ.get(STALL_TIMEOUT_VARIABLE))):
+    for name, value in ((key, framework_parameters.get(key)), (variable, environ.get(variable))):
         if value in (None, ""):
             continue
         try:
@@ -287,11 +295,11 @@ def stall_timeout_s(framework_parameters: Mapping[str, object], environ: Mapping
         except ValueError:
             seconds = -1
         if seconds < 0:
-            where = "hyperparameter" if key == STALL_TIMEOUT else "environment variable"
-            raise ConfigError(f"{where} {key}={value!r} is not a whole number of seconds >= 0 (0 turns the stall "
-                              "check off)", key=key)
+            where = "hyperparameter" if name == key else "environment variable"
+            raise ConfigError(f"{where} {name}={value!r} is not a whole number of seconds >= 0"
+                              + (" (0 turns the stall check off)" if key == STALL_TIMEOUT else ""), key=name)
         return seconds
-    return DEFAULT_STALL_TIMEOUT_S
+    return default
 
 
 def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str = sys.executable,
@@ -345,7 +353,10 @@ def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str
                                               for name, settings in env.input_data_config.items()}),
         cache_env=MappingProxyType(warm_pool_cache_env(environ)),
         preflight=preflight_mode(framework_parameters, environ),
-        stall_timeout_s=stall_timeout_s(framework_parameters, environ),
+        stall_timeout_s=seconds_setting(framework_parameters, environ, STALL_TIMEOUT, STALL_TIMEOUT_VARIABLE,
+                                        DEFAULT_STALL_TIMEOUT_S),
+        stall_startup_grace_s=seconds_setting(framework_parameters, environ, STALL_STARTUP_GRACE,
+                                              STALL_STARTUP_GRACE_VARIABLE, DEFAULT_STALL_STARTUP_GRACE_S),
         instance_type=str(getattr(env, "current_instance_type", "") or ""),
     )
 

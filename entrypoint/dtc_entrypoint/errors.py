@@ -12,6 +12,9 @@ EXIT_INTERNAL_ERROR = 1
 EXIT_PEER_ERROR = 3
 # The preflight found a host that cannot run the job (dtc_entrypoint.preflight).
 EXIT_PREFLIGHT_ERROR = 4
+# The job showed no progress for the stall timeout and was ended (supervise.StallRule)
+# (not 124, timeout(1)'s, which dtc_local.cluster reports for a host that outran its test).
+EXIT_STALLED = 5
 
 
 class ConfigError(Exception):

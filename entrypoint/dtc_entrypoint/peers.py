@@ -14,6 +14,7 @@ from .errors import PeerError
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0
+WATCH_POLL_S = 2.0   # how often watch_until_one_closes asks each host
 
 
 def resolve(host: str) -> str | None:
@@ -101,7 +102,7 @@ class Gone(NamedTuple):
     notice: str | None = None
 
 
-def watch_until_one_closes(endpoints: Sequence[tuple[str, int]], closed_checks: int = 3, poll_s: float = 2.0,
+def watch_until_one_closes(endpoints: Sequence[tuple[str, int]], closed_checks: int = 3, poll_s: float = WATCH_POLL_S,
                            stop: Callable[[], bool] = lambda: False, notices: bool = False) -> Gone | None:
     """Waits until one of ``endpoints`` (host, port), having accepted connections, refuses
     ``closed_checks`` consecutive ones (about ``closed_checks * poll_s`` seconds after its server
@@ -183,10 +184,15 @@ class Presence:
         self._server = _NoticeServer(("", port), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
+    def say(self, line: str) -> None:
+        """Answers every connection with ``failed: <line>`` from now on (a stall found here: the
+        other hosts read their ranks' stacks and end, while this one waits for their account)."""
+        self._notice = f"{_FAILED}{line.strip()}"[:_NOTICE_MAX_BYTES - 2].encode() + b"\n"
+
     def fail(self, line: str, linger_s: float) -> None:
         """Answers every connection with ``line`` (this host's failure, its first line) for
         ``linger_s`` seconds (the watchers poll every 2 s), then stops serving."""
-        self._notice = f"{_FAILED}{line.strip()}"[:_NOTICE_MAX_BYTES - 2].encode() + b"\n"
+        self.say(line)
         time.sleep(linger_s)
         self.shutdown()
 

@@ -7,9 +7,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from . import forensics
 from .config import JobConfig
 from .hyperparameters import to_argv
 from .program import Program
+from .stack_dump import ENV as STACKS_DIR_VARIABLE
 
 # SM_* variables that describe *this* host. They are not forwarded from the MPI master to the
 # other hosts' ranks (sagemaker-training forwards them all, so every rank saw the master's
@@ -96,7 +98,11 @@ def job_env(config: JobConfig, program: Program) -> dict[str, str]:
     follows it, as the toolkit's does), unbuffered Python output, Python's fault handler (every
     thread's Python stack on stderr when a process dies of SIGSEGV, SIGABRT, SIGBUS, SIGFPE or
     SIGILL: a C++ library's abort at exit names where each thread was; docs.python.org
-    ``faulthandler``), and the warm pool's cache directories (``config.cache_env``)."""
+    ``faulthandler``), the folder where each Python process registers for its stacks
+    (``stack_dump``: ``$DTC_STACKS_DIR``), the file a program may touch to say it is alive
+    (``$DTC_HEARTBEAT_FILE``, ``supervise.StallRule``), the Flight Recorder's dump files in the
+    job's forensics (``flight_recorder_dir``; unless the job's environment names its own), and
+    the warm pool's cache directories (``config.cache_env``)."""
     env = dict(config.sm_env)
     env.update(config.cache_env)
     env["SM_USER_ARGS"] = json.dumps(to_argv(config.user_hyperparameters))
@@ -105,7 +111,37 @@ def job_env(config: JobConfig, program: Program) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (config.code_dir, config.inherited_pythonpath) if p)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONFAULTHANDLER"] = "1"
+    env[STACKS_DIR_VARIABLE] = stacks_dir(config)
+    env[HEARTBEAT_VARIABLE] = heartbeat_file(config)
+    if not set(FLIGHT_RECORDER_FILE_VARIABLES) & set(config.inherited_names):
+        env[FLIGHT_RECORDER_FILE_VARIABLES[0]] = os.path.join(flight_recorder_dir(config), "rank_")
     return env
+
+
+# PyTorch's Flight Recorder dump file prefix (the rank is appended), and its older name
+# (torch/csrc/distributed/c10d/FlightRecorder.hpp): NCCL's watchdog dumps there when a collective
+# times out (TORCH_NCCL_DUMP_ON_TIMEOUT, on by default); its default is under $HOME/.cache.
+FLIGHT_RECORDER_FILE_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+
+
+def flight_recorder_dir(config: JobConfig) -> str:
+    """Where NCCL's Flight Recorder dumps go: ``output/data/forensics/flight-recorder`` (uploaded
+    with the job's output; ``train`` makes the folder, and removes it when the job leaves it empty)."""
+    return forensics.folder(config.output_dir, "flight-recorder")
+
+
+HEARTBEAT_VARIABLE = "DTC_HEARTBEAT_FILE"
+
+
+def stacks_dir(config: JobConfig) -> str:
+    """Where the job's processes register for their stacks (``stack_dump``): under the job's
+    output folder, outside ``output/data`` (what SageMaker uploads)."""
+    return os.path.join(config.output_dir, ".stacks")
+
+
+def heartbeat_file(config: JobConfig) -> str:
+    """The file a program touches to say it is alive (``supervise.StallRule``)."""
+    return os.path.join(config.output_dir, ".heartbeat")
 
 
 def program_argv(config: JobConfig, program: Program, under_mpi4py: bool = False) -> list[str]:

@@ -30,7 +30,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 
-from . import host_identity, memory, report
+from . import host_identity, memory, report, stack_dump
 
 MODULE = "dtc_entrypoint.rank_shim"
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
@@ -115,6 +115,8 @@ def run(argv: list[str]) -> int:
     def forward(signum, _frame):
         if signum in STOP_SIGNALS:
             stopped.append(signum)
+        elif signum == stack_dump.SIGNAL and not stack_dump.catches(child.pid):
+            return   # a request for stacks (stack_dump) must not kill a program without the handler
         try:
             child.send_signal(signum)
         except ProcessLookupError:

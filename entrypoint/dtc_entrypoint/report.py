@@ -133,6 +133,10 @@ LOST_HOST = re.compile(r"host (\S+) stopped answering: ")
 _PEER_FAILED = re.compile(r"host \S+ failed: ")
 
 
+# A stall's headline (cli._stall_rule), or another host's account of its stall (peer_failed).
+STALLED = re.compile(r"^(?:host \S+ failed: )?stalled (\d+) s: ")
+
+
 def peer_failed(host: str, line: str) -> str:
     """``host algo-2 failed: <its failure line>``: another host's own account of its failure, as its
     ``train`` gave it (``peers.Presence``); a line that already names a failed host is kept as it is."""

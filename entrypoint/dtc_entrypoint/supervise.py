@@ -1,4 +1,4 @@
-"""Runs a launch plan's command and watches it: output streaming, signal forwarding, exit code.
+"""Runs a launch plan's command and watches it: output streaming, signal forwarding, stalls, exit code.
 
 The plan's services (parameter servers) start first and are stopped (``stop_services``) once the
 command has ended, not before: a stopped chief still reads their variables to write its
@@ -8,6 +8,12 @@ stop and spot interruption send SIGTERM, then SIGKILL 120 s later) are forwarded
 group, so every local process sees them; under MPI they go to each local rank's ``rank_shim``
 instead of mpirun, which would kill the ranks a second later. The toolkit forwards nothing
 (toolkit #125). What is still alive ``kill_after_s`` after the first signal is killed.
+
+A ``StallRule`` ends a command that shows no progress: no byte of output (stdout or stderr, any
+process) and no touch of the heartbeat file for ``timeout_s``, once ``timeout_s`` plus
+``startup_grace_s`` have passed since the start (a first step compiling, data downloading);
+its ``on_stall`` names where the processes are before they are killed, also on a host that does
+not judge (``StallRule.judges``) when another host reports a stall.
 """
 
 import collections
@@ -18,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +32,7 @@ import psutil
 
 from . import rank_shim
 from .redact import redact_command
+from .report import STALLED
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +53,14 @@ class RunResult:
         stderr_tail: the last ``STDERR_TAIL_LINES`` lines it wrote to stderr (already echoed).
         signal_received: the first signal the entrypoint forwarded, if any.
         peer_lost: why ``watch`` ended the command (another host gone), if it did.
+        stalled: what ``StallRule.on_stall`` said when the command was ended for a stall.
     """
 
     returncode: int
     stderr_tail: tuple[str, ...]
     signal_received: int | None = None
     peer_lost: str | None = None
+    stalled: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -58,20 +68,78 @@ class RunResult:
         return 128 - self.returncode if self.returncode < 0 else self.returncode
 
 
-def _pump(stream, sink, tail: collections.deque) -> None:
-    """Copies the child's stderr to ours as it arrives, partial lines included, so a progress bar
-    that redraws itself with ``\r`` (tqdm) reaches the log at once rather than at the next newline;
-    keeps the last lines (split at ``\n`` and ``\r``) for the failure report."""
+@dataclass(frozen=True)
+class StallRule:
+    """When a command counts as stalled (the module's docstring).
+
+    Attributes:
+        timeout_s: seconds without progress (> 0).
+        startup_grace_s: seconds added to the first ``timeout_s`` after the start.
+        heartbeat_file: a file whose modification time counts as progress (``$DTC_HEARTBEAT_FILE``).
+        on_stall: called with the seconds without progress while the processes still run;
+            returns the failure's account (its first line the headline).
+        judges: whether this host's output is the job's progress. ``False`` on a torchrun host
+            other than the master, whose ranks print nothing in a healthy job: it never calls a
+            stall itself, and calls ``on_stall`` when the ``watch`` reports another host's stall
+            (``report.STALLED``), so that its ranks' stacks are read before they are ended.
+    """
+
+    timeout_s: float
+    startup_grace_s: float
+    heartbeat_file: str
+    on_stall: Callable[[float], str]
+    judges: bool = True
+
+    def idle_s(self, last_output: float, now: float) -> float:
+        """Seconds since the last progress: output at ``last_output`` (``time.monotonic``) or
+        the heartbeat file's last touch, whichever came later."""
+        try:
+            touched = time.time() - os.stat(self.heartbeat_file).st_mtime
+        except OSError:
+            touched = float("inf")
+        return min(now - last_output, touched)
+
+
+class _Progress:
+    """The time (``time.monotonic``) of the command's last output, for ``StallRule``."""
+
+    def __init__(self):
+        self.last = time.monotonic()
+
+    def seen(self) -> None:
+        self.last = time.monotonic()
+
+
+def _pump(stream, sink, tail: collections.deque | None, progress: _Progress) -> None:
+    """Copies the child's stdout or stderr to ours as it arrives, partial lines included, so a
+    progress bar that redraws itself with ``\r`` (tqdm) reaches the log at once rather than at
+    the next newline; keeps the last lines (split at ``\n`` and ``\r``) in ``tail`` for the
+    failure report, if given; marks ``progress`` at each chunk."""
     fd = stream.fileno()
     pending = b""
     while chunk := os.read(fd, 65536):
+        progress.seen()
         sink.write(chunk)
         sink.flush()
+        if tail is None:
+            continue
         *lines, pending = _LINE_END.split(pending + chunk)
         tail.extend(line.decode("utf-8", "replace") for line in lines if line)
-    if pending:
+    if pending and tail is not None:
         tail.append(pending.decode("utf-8", "replace"))
     stream.close()
+
+
+def _watch_for_stall(rule: StallRule, progress: _Progress, started: float, done: Callable[[], bool],
+                     poll_s: float = 1.0) -> float | None:
+    """Waits until the command is done (``None``) or stalled (returns the seconds without progress)."""
+    while not done():
+        now = time.monotonic()
+        idle_s = rule.idle_s(progress.last, now)
+        if idle_s >= rule.timeout_s and now - started >= rule.timeout_s + rule.startup_grace_s:
+            return idle_s
+        time.sleep(poll_s)
+    return None
 
 
 def start_service(name: str, argv: Sequence[str], env: Mapping[str, str], workdir: str) -> subprocess.Popen:
@@ -95,12 +163,15 @@ def stop_services(services: Sequence[subprocess.Popen], grace_s: float = 10.0) -
 
 
 def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s: float = 110.0,
-        watch: Callable[[Callable[[], bool]], str | None] | None = None, merge_stdout: bool = False) -> RunResult:
+        watch: Callable[[Callable[[], bool]], str | None] | None = None, merge_stdout: bool = False,
+        stall: StallRule | None = None) -> RunResult:
     """Runs ``argv`` (no shell) with ``os.environ`` plus ``env`` in ``workdir`` and waits.
 
-    stdout is inherited (no copy, no buffering); stderr passes through a pipe so its tail can name
-    the error. ``merge_stdout`` sends stdout through that pipe too (to our stderr), for a command
-    that explains its errors on stdout (pip's dependency conflicts). Signals received go to the
+    stdout and stderr pass through pipes, copied to ours as they arrive (the progress a
+    ``stall`` rule reads); stderr's tail names the error. ``merge_stdout`` sends stdout through
+    stderr's pipe (to our stderr), for a command that explains its errors on stdout (pip's
+    dependency conflicts). ``stall``: the command is ended when it stalls (``StallRule``), and
+    the result's ``stalled`` says where it was. Signals received go to the
     command only. ``watch(done)``, if given, runs beside the command (``done()`` turns true when
     it has exited) and returns why the job cannot go on (another host gone) or ``None``: the
     command's processes are then killed if still running, and the reason is the result's
@@ -140,8 +211,8 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
     try:
         child = subprocess.Popen(
             list(argv), env=full_env, cwd=workdir, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE if merge_stdout else None,
-            stderr=subprocess.STDOUT if merge_stdout else subprocess.PIPE, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_stdout else subprocess.PIPE,
+            start_new_session=True,
         )
     except BaseException:
         for sig, handler in previous.items():
@@ -149,18 +220,26 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
         raise
     children.append(child)
     tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
-    output = child.stdout if merge_stdout else child.stderr
-    pump = threading.Thread(target=_pump, args=(output, sys.stderr.buffer, tail), daemon=True)
-    pump.start()
+    progress = _Progress()
+    pumps = [threading.Thread(target=_pump, args=(child.stdout, sys.stderr.buffer, tail, progress), daemon=True)]
+    if not merge_stdout:
+        pumps = [threading.Thread(target=_pump, args=(child.stdout, sys.stdout.buffer, None, progress), daemon=True),
+                 threading.Thread(target=_pump, args=(child.stderr, sys.stderr.buffer, tail, progress), daemon=True)]
+    for pump in pumps:
+        pump.start()
     if received:
         forward(received[0], None)
     lost: list[str] = []
-    watching = None
+    stalled: list[str] = []
+    watching = stalling = None
     if watch is not None:
         def watcher():
             reason = watch(lambda: child.poll() is not None)
             if not reason or received:   # stopping: the other hosts end too
                 return
+            peer_stall = STALLED.match(reason) if stall is not None else None
+            if peer_stall and child.poll() is None and not stalled:   # this host's stacks, before the end
+                stalled.append(stall.on_stall(float(peer_stall.group(1))))
             lost.append(reason)          # names the lost host if the command fails (it may have already)
             if child.poll() is None:
                 log.error("%s: ending the training processes", reason)
@@ -168,6 +247,20 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
 
         watching = threading.Thread(target=watcher, daemon=True)
         watching.start()
+    if stall is not None and stall.judges:
+        def stall_watcher():
+            idle_s = _watch_for_stall(stall, progress, time.monotonic(), lambda: child.poll() is not None)
+            if idle_s is None or received or lost:
+                return
+            log.error("no output and no heartbeat from the training processes for %.0f s: reading their stacks",
+                      idle_s)
+            stalled.append(stall.on_stall(idle_s))
+            if child.poll() is None:
+                log.error("%s: ending the training processes", stalled[0].splitlines()[0])
+                _kill_group(child.pid)
+
+        stalling = threading.Thread(target=stall_watcher, daemon=True)
+        stalling.start()
     try:
         returncode = child.wait()
     finally:
@@ -177,9 +270,13 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
             timer.cancel()
     if watching is not None and returncode != 0:
         watching.join(timeout=WATCH_JOIN_S)   # a failure right after a peer closed: let the watch name it
-    pump.join(timeout=10)
+    if stalling is not None:
+        stalling.join(timeout=WATCH_JOIN_S)   # killed for a stall: its account is being written
+    for pump in pumps:
+        pump.join(timeout=10)
     return RunResult(returncode, tuple(tail), received[0] if received else None,
-                     lost[0] if lost and returncode != 0 else None)
+                     lost[0] if lost and returncode != 0 else None,
+                     stalled[0] if stalled and returncode != 0 else None)
 
 
 def _kill_after_grace(pid: int) -> None:

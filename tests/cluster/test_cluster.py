@@ -310,6 +310,38 @@ def test_a_rank_killed_on_a_worker_host_ends_every_host_within_a_minute(case, tm
     assert not result["hosts"]["algo-1"]["model"] and not result["hosts"]["algo-2"]["model"]
 
 
+def test_a_rank_stuck_on_a_worker_host_under_torchrun_ends_every_host_naming_it(tmp_path):
+    """DTC_FAULT "rank=3 step=30 stall=3600": rank 3 (algo-2) sleeps in its step while the other
+    ranks wait for its gradients, all alive (issue #41). With a 20-s stall timeout (60 s of start-up
+    grace), the master, which judges the job's progress, reads its ranks' stacks and says so; algo-2
+    then reads its own: its failure names rank 3 in dtc_train.fault.stuck against rank 2 waiting in
+    a collective, in the trainer's own code; the master, whose ranks only wait, names algo-2's
+    account; every host exits 5 within a bounded time and keeps its ranks' stacks in
+    output/data/forensics/stacks."""
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({"environment": {"DTC_FAULT": "rank=3 step=30 stall=3600",
+                                                    "DTC_STALL_TIMEOUT_S": "20", "DTC_STALL_STARTUP_GRACE_S": "60"},
+                                    "peer_grace_s": 90}))
+    started = time.time()
+    done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file),
+                               *STRATEGIES["torchrun-ddp"].cluster_args(), "-p", "epochs=10", "-p",
+                               "progress-seconds=2", timeout_s=400)
+    log = done.stdout + done.stderr
+    [(stamp, stuck_rank, _)] = FAULT_LINE.findall(log)
+    assert stuck_rank == "3"
+    assert time.time() - max(started + 80, datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()) < 20 + 60, \
+        log[-4000:]
+    hosts = result["hosts"]
+    assert {host: hosts[host]["exit_code"] for host in hosts} == {"algo-1": 5, "algo-2": 5}, log[-4000:]
+    culprit = (r"stalled \d+ s: rank 3 on algo-2 is in fault\.py:\d+ \(stuck\) while rank 2 on algo-2 waits in "
+               r"(all_reduce|backward) at \w+\.py:\d+ \(\w+\)")
+    assert re.match(culprit, hosts["algo-2"]["failure"]), log[-4000:]
+    assert re.match(rf"host algo-2 failed: {culprit}", hosts["algo-1"]["failure"]), log[-4000:]
+    for host, ranks in (("algo-1", ["rank0-algo-1", "rank1-algo-1"]), ("algo-2", ["rank2-algo-2", "rank3-algo-2"])):
+        stacks = [name for name in hosts[host]["output"] if name.startswith("data/forensics/stacks/")]
+        assert sorted(name.split("/")[-1].split("-pid")[0] for name in stacks if "/rank" in name) == ranks, stacks
+
+
 def test_a_host_fault_injected_at_a_step_ends_the_job_naming_the_host(tmp_path):
     """DTC_FAULT="host=algo-2 step=30" (dtc_train.fault): algo-2's processes are all killed after
     step 30, as when its instance dies; the master names the host within a minute, and algo-2's

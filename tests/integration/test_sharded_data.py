@@ -10,11 +10,22 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
 from dtc_local import job_tree
-from helpers import BIN, DIGEST, METRIC, PROGRAMS, VALIDATION_IMAGES, add_stray_files, free_port, train_env
+from helpers import (
+    BIN,
+    DIGEST,
+    METRIC,
+    PROGRAMS,
+    VALIDATION_IMAGES,
+    add_stray_files,
+    free_port,
+    hung_processes,
+    train_env,
+)
 
 pytestmark = pytest.mark.e2e
 HOSTS = ("algo-1", "algo-2")
@@ -54,8 +65,11 @@ def _trees(tmp_path, digits_channels, parts) -> dict[str, object]:
     return trees
 
 
-def _run_two_hosts(trees, epochs: int, timeout_s: float = 600) -> dict[str, subprocess.CompletedProcess]:
-    """One torchrun agent per host (``--nnodes 2``), static rendezvous on this machine."""
+def _run_two_hosts(trees, epochs: int, timeout_s: float = 300) -> dict[str, subprocess.CompletedProcess]:
+    """One torchrun agent per host (``--nnodes 2``), static rendezvous on this machine. Agents that
+    have not ended within ``timeout_s`` (a job takes under a minute here; CI 2026-11-28 saw host 2's
+    agent not end after its rank 3 had printed its final weights) fail the test with every
+    process's stacks (helpers.hung_processes)."""
     port = free_port()
     agents = {}
     for node_rank, host in enumerate(HOSTS):
@@ -63,12 +77,24 @@ def _run_two_hosts(trees, epochs: int, timeout_s: float = 600) -> dict[str, subp
                 str(PROCESSES_PER_HOST), "--master-addr", "127.0.0.1", "--master-port", str(port), "-m",
                 "dtc_train.pytorch_ddp", "--epochs", str(epochs), "--batch-size", str(BATCH_SIZE),
                 "--model-dir", str(trees[host] / "model"), "--checkpoint-dir", str(trees[host] / "checkpoints")]
-        env = train_env(trees[host], {"SM_CURRENT_HOST": host, "OMP_NUM_THREADS": "1"})
+        env = train_env(trees[host], {"SM_CURRENT_HOST": host, "OMP_NUM_THREADS": "1",
+                                      "DTC_STACKS_DIR": str(trees[host] / "output" / ".stacks")})
         agents[host] = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         stdin=subprocess.DEVNULL)
     done = {}
+    deadline = time.monotonic() + timeout_s
     for host, agent in agents.items():
-        out, _ = agent.communicate(timeout=timeout_s)
+        try:
+            out, _ = agent.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            where = {h: hung_processes(trees[h] / "output" / ".stacks") for h in HOSTS}
+            for other in agents.values():
+                other.kill()
+            logs = {h: a.communicate()[0][-3000:] for h, a in agents.items()}
+            raise AssertionError(f"the torchrun agents did not end within {timeout_s:.0f} s: "
+                                 + "; ".join(f"{h}: {w.splitlines()[0]}" for h, w in where.items())
+                                 + "".join(f"\n\n[{h}] stacks:\n{w}\n[{h}] output:\n{logs[h]}"
+                                           for h, w in where.items())) from None
         done[host] = subprocess.CompletedProcess(agent.args, agent.returncode, out, "")
     return done
 

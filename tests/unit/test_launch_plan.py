@@ -145,13 +145,21 @@ def test_a_warm_pool_cache_gives_every_process_its_cache_directories_unless_the_
 
 
 def test_mpi_plans_turn_horovods_stall_inspector_into_the_jobs_stall_timeout():
-    assert job_config.stall_timeout_s({}, {}) == 1800
-    assert job_config.stall_timeout_s({}, {"DTC_STALL_TIMEOUT_S": "0"}) == 0
-    assert job_config.stall_timeout_s({"sagemaker_stall_timeout_s": 90}, {"DTC_STALL_TIMEOUT_S": "0"}) == 90
+    def timeout(framework, environ):
+        return job_config.seconds_setting(framework, environ, job_config.STALL_TIMEOUT,
+                                          job_config.STALL_TIMEOUT_VARIABLE, job_config.DEFAULT_STALL_TIMEOUT_S)
+
+    assert timeout({}, {}) == 1800
+    assert timeout({}, {"DTC_STALL_TIMEOUT_S": "0"}) == 0
+    assert timeout({"sagemaker_stall_timeout_s": 90}, {"DTC_STALL_TIMEOUT_S": "0"}) == 90
     for framework, environ in (({"sagemaker_stall_timeout_s": "soon"}, {}), ({}, {"DTC_STALL_TIMEOUT_S": "-5"})):
         with pytest.raises(ConfigError, match=r"(sagemaker_stall_timeout_s='soon'|DTC_STALL_TIMEOUT_S='-5') is not "
-                                              r"a whole number of seconds >= 0"):
-            job_config.stall_timeout_s(framework, environ)
+                                              r"a whole number of seconds >= 0 \(0 turns the stall check off\)"):
+            timeout(framework, environ)
+    with pytest.raises(ConfigError, match=r"^environment variable DTC_STALL_STARTUP_GRACE_S='1m' is not a whole "
+                                          r"number of seconds >= 0$"):
+        job_config.seconds_setting({}, {"DTC_STALL_STARTUP_GRACE_S": "1m"}, job_config.STALL_STARTUP_GRACE,
+                                   job_config.STALL_STARTUP_GRACE_VARIABLE, 600)
 
     mpi = MpiConfig(enabled=True, processes_per_host=2)
     env = launch.build(job(mpi=mpi, stall_timeout_s=600), SCRIPT).env
@@ -161,3 +169,22 @@ def test_mpi_plans_turn_horovods_stall_inspector_into_the_jobs_stall_timeout():
     off = launch.build(job(mpi=mpi, stall_timeout_s=0), SCRIPT).env
     own = launch.build(job(mpi=mpi, inherited_names=("PATH", "HOROVOD_STALL_CHECK_TIME_SECONDS")), SCRIPT).env
     assert not {k for k in {**off, **own} if k.startswith("HOROVOD_STALL")}   # off, or the user's own settings
+
+
+def test_every_launcher_gives_its_processes_the_forensics_locations_and_mpirun_forwards_them():
+    """stack_dump's registrations, the heartbeat file and NCCL's Flight Recorder dumps (issue #41);
+    a job whose environment names its own Flight Recorder file keeps it (and mpirun forwards it)."""
+    for config in (job(), job(mpi=MpiConfig(enabled=True, processes_per_host=2)), job(strategy="torch_distributed")):
+        plan = launch.build(config, SCRIPT)
+        output = config.output_dir
+        assert {name: plan.env[name] for name in ("DTC_STACKS_DIR", "DTC_HEARTBEAT_FILE", "TORCH_FR_DUMP_TEMP_FILE")} \
+            == {"DTC_STACKS_DIR": f"{output}/.stacks", "DTC_HEARTBEAT_FILE": f"{output}/.heartbeat",
+                "TORCH_FR_DUMP_TEMP_FILE": f"{output}/data/forensics/flight-recorder/rank_"}, plan.strategy
+        if plan.strategy == "mpi":
+            assert all(plan.argv[plan.argv.index(name) - 1] == "-x"
+                       for name in ("DTC_STACKS_DIR", "DTC_HEARTBEAT_FILE", "TORCH_FR_DUMP_TEMP_FILE"))
+    own = launch.build(job(mpi=MpiConfig(enabled=True, processes_per_host=2),
+                           inherited_names=("PATH", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")), SCRIPT)
+    assert "TORCH_FR_DUMP_TEMP_FILE" not in own.env
+    assert own.argv[own.argv.index("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") - 1] == "-x"
+    assert job_config.forwarded_names({"TORCH_FR_BUFFER_SIZE": "4000", "HOME": "/root"}) == ("TORCH_FR_BUFFER_SIZE",)

@@ -7,7 +7,9 @@ job file, or ``docker run -e``):
 
 - ``DTC_FAULT="rank=3 step=20 signal=KILL"``: the built-in trainers' rank 3 sends itself SIGKILL
   after the job's 20th optimizer step. ``signal`` is a name without ``SIG`` (``KILL`` by default,
-  ``SEGV``, ``TERM``, ...); ``exit=N`` exits with code N instead. Other ranks are unaffected.
+  ``SEGV``, ``TERM``, ...); ``exit=N`` exits with code N instead; ``stall=S`` makes it sleep S
+  seconds (in ``stuck``) and then go on, as a rank stuck in its data loading would, while the
+  others wait for it in their next collective. Other ranks are unaffected.
 - ``DTC_FAULT="host=algo-2 step=20"``: after step 20 the ranks on host ``algo-2`` kill every
   process of that host's container with SIGKILL (its ranks, ``orted``, ``sshd``, servers)
   except its PID 1, ``train``: to the other hosts the host is gone, as when an instance dies.
@@ -44,16 +46,23 @@ class Fault:
     signal: signal.Signals | None = signal.SIGKILL
     exit_code: int | None = None
     host: str | None = None
+    stall_s: float | None = None
 
     def describe(self) -> str:
         if self.host:
             return f"killing every process of host {self.host} but its train"
+        if self.stall_s is not None:
+            return f"stuck for {self.stall_s:g} s"
         return self.signal.name if self.signal else f"exit {self.exit_code}"
 
     def strike(self, step: int) -> None:
-        """Ends this process (and, for a host fault, the host's others) as configured; does not
-        return. A host fault first writes the host's failure file (``train`` outlives the others
-        and reports it) and waits ``HOST_FAULT_LOG_GRACE_S`` for its log line to leave the host."""
+        """Ends this process (and, for a host fault, the host's others) as configured, and does
+        not return; a stall returns after ``stall_s`` seconds. A host fault first writes the host's
+        failure file (``train`` outlives the others and reports it) and waits
+        ``HOST_FAULT_LOG_GRACE_S`` for its log line to leave the host."""
+        if self.stall_s is not None:
+            stuck(self.stall_s)
+            return
         if self.host:
             from . import common, contract  # noqa: PLC0415
 
@@ -66,6 +75,11 @@ class Fault:
         if self.exit_code is not None:
             os._exit(self.exit_code)
         os.kill(os.getpid(), self.signal)
+
+
+def stuck(seconds: float) -> None:
+    """Sleeps ``seconds``: where a stalled rank's stack points (``DTC_FAULT`` ``stall=S``)."""
+    time.sleep(seconds)
 
 
 def _kill_container_processes() -> None:
@@ -86,24 +100,29 @@ def _kill_container_processes() -> None:
 
 
 def parse(text: str) -> Fault:
-    """``"rank=R step=S [signal=NAME | exit=N]"`` or ``"host=H step=S"`` (spaces or commas between keys)."""
+    """``"rank=R step=S [signal=NAME | exit=N | stall=SECONDS]"`` or ``"host=H step=S"`` (spaces
+    or commas between keys)."""
     fields = dict(item.split("=", 1) for item in text.replace(",", " ").split() if "=" in item)
-    unknown = set(fields) - {"rank", "host", "step", "signal", "exit"}
+    unknown = set(fields) - {"rank", "host", "step", "signal", "exit", "stall"}
+    actions = {"signal", "exit", "stall"} & set(fields)
     try:
-        if (unknown or "step" not in fields or len({"rank", "host"} & set(fields)) != 1
-                or {"signal", "exit"} <= set(fields) or ("host" in fields and {"signal", "exit"} & set(fields))):
+        if (unknown or "step" not in fields or len({"rank", "host"} & set(fields)) != 1 or len(actions) > 1
+                or ("host" in fields and actions)):
             raise ValueError
         if "host" in fields:
             fault = Fault(rank=None, step=int(fields["step"]), host=fields["host"])
+        elif "stall" in fields:
+            fault = Fault(rank=int(fields["rank"]), step=int(fields["step"]), signal=None,
+                          stall_s=float(fields["stall"]))
         else:
             exit_code = int(fields["exit"]) if "exit" in fields else None
             sig = None if exit_code is not None else signal.Signals["SIG" + fields.get("signal", "KILL").upper()]
             fault = Fault(rank=int(fields["rank"]), step=int(fields["step"]), signal=sig, exit_code=exit_code)
     except (ValueError, KeyError):
         raise ValueError(f"{ENV}={text!r} does not parse: use 'rank=R step=S' with optional 'signal=KILL' "
-                         "(or another signal name) or 'exit=N', or 'host=H step=S'") from None
-    if fault.step < 1 or (fault.rank is not None and fault.rank < 0):
-        raise ValueError(f"{ENV}={text!r}: rank must be >= 0 and step >= 1")
+                         "(or another signal name), 'exit=N' or 'stall=SECONDS', or 'host=H step=S'") from None
+    if fault.step < 1 or (fault.rank is not None and fault.rank < 0) or (fault.stall_s or 0) < 0:
+        raise ValueError(f"{ENV}={text!r}: rank must be >= 0, step >= 1 and stall >= 0")
     return fault
 
 

@@ -112,7 +112,8 @@ class Observer:
         self._step += 1
         self._global_step += 1
         if self.fault and self._global_step == self.fault.step:
-            common.log.warning("%s: ending this rank after step %d (%s)", fault.ENV, self._global_step,
+            common.log.warning("%s: %s this rank after step %d (%s)", fault.ENV,
+                               "stalling" if self.fault.stall_s is not None else "ending", self._global_step,
                                self.fault.describe())
             self.fault.strike(self._global_step)
         if not self.reporting or self.args.progress_seconds <= 0:
