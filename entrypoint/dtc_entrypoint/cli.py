@@ -184,7 +184,7 @@ def _stall_rule(config: job_config.JobConfig, plan: launch.LaunchPlan) -> superv
     the master's end reaches them as any failure does."""
     if not config.stall_timeout_s:
         return None
-    judges = plan.master_host == config.current_host
+    judges = config.is_master
     if not judges and plan.strategy != strategy.TORCH_DISTRIBUTED:
         return None
 
@@ -218,6 +218,41 @@ def _peer_notice(config: job_config.JobConfig, hosts: list[str], extra_s: float 
     said = peers.watch_until_one_closes([(host, config.ports.presence) for host in hosts], closed_checks=1,
                                         notices=True, stop=lambda: time.monotonic() > deadline)
     return said if said is not None and said.notice else None
+
+
+def _stall_account(config: job_config.JobConfig, plan: launch.LaunchPlan, result: supervise.RunResult,
+                   presence: peers.Presence | None) -> str:
+    """The failure file of a job this host's stall rule ended: where the ranks were
+    (``result.stalled``), then the end of stderr. When every rank here only waits for one
+    elsewhere, the line of the host where a rank is stuck comes first: the one that reported the
+    stall (``result.peer_lost``), or, on the master under torchrun, the first that answers its
+    word (``peers.Presence.say``: the others read their ranks' stacks on it)."""
+    text = "\n".join([result.stalled.rstrip("\n"), "", "Last lines of stderr before the job was ended:",
+                      *(line for line in result.stderr_tail[-40:] if line.strip())]) + "\n"
+    waiting_here = forensics.NOT_ON_THIS_HOST in text.splitlines()[0]
+    if result.peer_lost:
+        return (f"{result.peer_lost}\n\nOn this host, {text}" if waiting_here
+                else f"{text}\n(The stall was found by another host: {result.peer_lost})\n")
+    if presence is not None and waiting_here:
+        presence.say(text.splitlines()[0])
+        said = _peer_notice(config, [host for host in plan.hosts if host != config.current_host],
+                            extra_s=stack_dump.REQUEST_WAIT_S + 2 * peers.WATCH_POLL_S)
+        if said is not None and report.STALLED.match(said.notice):
+            return f"{report.peer_failed(said.host, said.notice)}\n\nOn this host, {text}"
+    return text
+
+
+def _prepare_forensics(config: job_config.JobConfig) -> None:
+    """Before the job: an earlier run's forensics removed, the stack hook in site-packages
+    (``stack_dump.ensure_hook``), the Flight Recorder's folder made; after it (at exit): the
+    processes' registrations and the forensics folders it left empty removed."""
+    forensics.clear(config.output_dir, stacks_dir(config))
+    if not stack_dump.ensure_hook():
+        log.warning("cannot write %s into site-packages: a stalled job's processes will not write their stacks",
+                    stack_dump.PTH_NAME)
+    os.makedirs(flight_recorder_dir(config), exist_ok=True)
+    atexit.register(shutil.rmtree, stacks_dir(config), True)
+    atexit.register(forensics.remove_empty, config.output_dir)
 
 
 def _serve_mpi_worker(config: job_config.JobConfig, plan: launch.LaunchPlan, program_name: str) -> int:
@@ -280,13 +315,7 @@ def run_job(plan_only: bool) -> int:
         print(json.dumps({"current_host": config.current_host, **redact.redact_plan(plan.to_dict())}, indent=2))
         return 0
     report.clear_status(config.output_dir)
-    forensics.clear(config.output_dir, stacks_dir(config))
-    if not stack_dump.ensure_hook():
-        log.warning("cannot write %s into site-packages: a stalled job's processes will not write their stacks",
-                    stack_dump.PTH_NAME)
-    os.makedirs(flight_recorder_dir(config), exist_ok=True)
-    atexit.register(shutil.rmtree, stacks_dir(config), True)   # the registrations go with the job,
-    atexit.register(forensics.remove_empty, config.output_dir)   # and the forensics folders it left empty
+    _prepare_forensics(config)
     phase.current = "waiting for the other hosts"
     others = [h for h in plan.hosts if h != config.current_host]
     addresses: dict[str, str] = {}
@@ -336,21 +365,8 @@ def run_job(plan_only: bool) -> int:
                                            oom_killed=memory.oom_killed_since(oom_kills_before))
         text = account(result.peer_lost)
         lost = report.LOST_HOST.match(text)
-        if result.stalled:   # ended by this host's stall rule: where the ranks were, then their last words
-            text = "\n".join([result.stalled.rstrip("\n"), "", "Last lines of stderr before the job was ended:",
-                              *(line for line in result.stderr_tail[-40:] if line.strip())]) + "\n"
-            waiting_here = forensics.NOT_ON_THIS_HOST in text.splitlines()[0]
-            if result.peer_lost:   # another host found the stall: its line first unless the culprit is here
-                text = (f"{result.peer_lost}\n\nOn this host, {text}" if waiting_here
-                        else f"{text}\n(The stall was found by another host: {result.peer_lost})\n")
-            elif presence is not None and waiting_here:
-                # every rank here waits for one elsewhere: the others read their stacks on this
-                # word, and the host where a rank is stuck names it
-                presence.say(text.splitlines()[0])
-                said = _peer_notice(config, [host for host in plan.hosts if host != config.current_host],
-                                    extra_s=stack_dump.REQUEST_WAIT_S + 2 * peers.WATCH_POLL_S)
-                if said is not None and report.STALLED.match(said.notice):
-                    text = f"{report.peer_failed(said.host, said.notice)}\n\nOn this host, {text}"
+        if result.stalled:
+            text = _stall_account(config, plan, result, presence)
         elif presence is not None and lost and not signal_name and not result.peer_lost:
             # this host's ranks only saw host X go (Gloo), while X's train answered the watch: it may
             # still be saying why (its rank's signal or exception). A host the watch saw close or

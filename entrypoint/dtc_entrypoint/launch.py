@@ -10,15 +10,20 @@ from types import MappingProxyType
 from . import launch_mpi, launch_tf, launch_torch
 from . import strategy as strategies
 from .config import JobConfig
-from .plan import LaunchPlan, job_env, program_argv
+from .plan import LaunchPlan, job_env, master_env, network_env, program_argv
 from .program import Program
 
 
 def single_process_plan(config: JobConfig, program: Program) -> LaunchPlan:
-    """One process on this host: ``python <program> <args>``."""
+    """One process on this host: ``python <program> <args>``, with ``MASTER_ADDR`` and
+    ``MASTER_PORT`` (``plan.master_env``) and, on several hosts, the network interface
+    (``plan.network_env``) for a script that joins the other hosts itself."""
+    env = job_env(config, program)
+    env.update(network_env(config))
+    env.update(master_env(config))
     return LaunchPlan(
         strategy=strategies.SINGLE, role="launcher", argv=tuple(program_argv(config, program)),
-        env=MappingProxyType(job_env(config, program)), workdir=program.workdir,
+        env=MappingProxyType(env), workdir=program.workdir,
         hosts=(config.current_host,), master_host=config.current_host,
     )
 

@@ -6,7 +6,7 @@ from types import MappingProxyType
 from . import rank_shim
 from . import strategy as strategies
 from .config import JobConfig
-from .plan import HOST_SPECIFIC_SM_VARS, LaunchPlan, job_env, network_env, program_argv
+from .plan import HOST_SPECIFIC_SM_VARS, LaunchPlan, job_env, master_env, network_env, program_argv
 from .program import Program
 
 # Prefixed to each rank's command on multi-host jobs: loads the SM_* identity of the host the
@@ -86,6 +86,7 @@ def mpi_plan(config: JobConfig, program: Program) -> LaunchPlan:
     env = job_env(config, program)
     custom_args, custom_env = split_custom_mpi_options(config.mpi.custom_options)
     env.update(network_env(config))
+    env.update(master_env(config))   # a script that maps OMPI_COMM_WORLD_* to torch.distributed's env://
     env.update(horovod_stall_env(config))
     env.update(custom_env)
     common = dict(strategy=strategies.MPI, workdir=program.workdir, hosts=hosts, master_host=config.master_host,

@@ -5,10 +5,8 @@ from types import MappingProxyType
 from . import strategy as strategies
 from .config import JobConfig
 from .hyperparameters import to_argv
-from .plan import LaunchPlan, job_env, network_env
+from .plan import LOCAL_MASTER, LaunchPlan, job_env, network_env
 from .program import Program
-
-LOCAL_MASTER = "127.0.0.1"
 
 
 def torchrun_plan(config: JobConfig, program: Program) -> LaunchPlan:

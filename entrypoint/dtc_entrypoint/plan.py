@@ -152,6 +152,21 @@ def program_argv(config: JobConfig, program: Program, under_mpi4py: bool = False
     return list(program.argv) + to_argv(config.user_hyperparameters)
 
 
+LOCAL_MASTER = "127.0.0.1"
+
+
+def master_env(config: JobConfig) -> dict[str, str]:
+    """``MASTER_ADDR`` and ``MASTER_PORT``, as AWS's PyTorch container sets them on every job,
+    with or without a distribution (aws/sagemaker-pytorch-training-toolkit,
+    ``sagemaker_pytorch_container/training.py``: the master host and 7777), so that a script
+    written for it (``dist.init_process_group("gloo", rank=hosts.index(current_host),
+    world_size=len(hosts))`` on several instances) runs here unchanged. Differences: one host
+    gets the loopback address (its name need not resolve outside SageMaker); the port is
+    torchrun's (``DTC_TORCH_MASTER_PORT``, 7777 by default). Under torchrun, torchrun sets both."""
+    master = config.master_host if len(config.hosts) > 1 else LOCAL_MASTER
+    return {"MASTER_ADDR": master, "MASTER_PORT": str(config.ports.torch_master)}
+
+
 def network_env(config: JobConfig) -> dict[str, str]:
     """Pins NCCL and Gloo to the job's interface when several hosts take part (as the toolkit
     does for NCCL; sagemaker-contract.md c.1, c.3)."""

@@ -142,6 +142,23 @@ def test_a_failing_rank_on_a_worker_host_fails_the_job_and_every_host_exits(tmp_
     assert result["hosts"]["algo-2"]["failure"] == "rank 1 on host algo-2 exited with code 1"
 
 
+def test_a_script_for_awss_pytorch_container_joins_the_other_host_without_a_distribution(tmp_path):
+    """Issue #42, item 1: no distribution, two hosts; the script calls init_process_group itself
+    (env://, rank and world size from SM_HOSTS), as scripts written for AWS's PyTorch container
+    do, and finds MASTER_ADDR (algo-1) and MASTER_PORT set on both hosts."""
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy(PROGRAMS / "aws_pytorch_style.py", source)
+    done, result = run_cluster(tmp_path / "job", "--distribution", "none", "--program", "aws_pytorch_style.py",
+                               "--source-dir", str(source), timeout_s=300)
+    log = done.stdout + done.stderr
+    codes = {host: info["exit_code"] for host, info in result["hosts"].items()}
+    assert codes == {"algo-1": 0, "algo-2": 0}, log[-4000:]
+    for host, rank in (("algo-1", 0), ("algo-2", 1)):
+        assert f"host {host} rank {rank} of 2 via algo-1:7777: sum 3" in log, log[-4000:]
+    assert result["hosts"]["algo-1"]["model"] == ["sum.json"] and not result["hosts"]["algo-2"]["model"]
+
+
 def test_a_stopped_two_host_mpi_job_lets_every_rank_finish_saving(tmp_path):
     """SageMaker stops a job by sending SIGTERM to every host's container and killing it 120 s
     later. Each rank's handler takes 8 s (a checkpoint): both hosts' ranks must finish it (mpirun

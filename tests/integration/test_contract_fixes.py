@@ -240,3 +240,15 @@ def test_a_warm_pool_cache_keeps_pips_wheels_and_reaches_every_process(make_job,
     assert (tmp_path / "site" / "dtc_cache_probe.py").exists()
     assert [p.name for p in (cache / "pip").rglob("*.whl")] == ["dtc_cache_probe-1.0-py3-none-any.whl"]
     assert f"warm pool cache: PIP_CACHE_DIR={cache}/pip" in result.output
+
+
+def test_a_script_for_awss_pytorch_container_joins_through_master_addr_without_a_distribution(make_job, source_dir):
+    """Issue #42, item 1: AWS's PyTorch container sets MASTER_ADDR and MASTER_PORT on every job;
+    a script that calls init_process_group itself (env://) runs here unchanged (on one host here,
+    on two in tests/cluster/test_cluster.py)."""
+    copy_programs(source_dir, "aws_pytorch_style.py")
+    root = make_job({"sagemaker_program": "aws_pytorch_style.py", "sagemaker_submit_directory": str(source_dir)})
+    result = run_train(root, timeout_s=120)
+    assert result.returncode == 0, result.output[-3000:]
+    assert "host algo-1 rank 0 of 1 via 127.0.0.1:" in result.output
+    assert read_json(root / "model" / "sum.json") == {"sum": 1.0, "world_size": 1}

@@ -188,3 +188,17 @@ def test_every_launcher_gives_its_processes_the_forensics_locations_and_mpirun_f
     assert "TORCH_FR_DUMP_TEMP_FILE" not in own.env
     assert own.argv[own.argv.index("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") - 1] == "-x"
     assert job_config.forwarded_names({"TORCH_FR_BUFFER_SIZE": "4000", "HOME": "/root"}) == ("TORCH_FR_BUFFER_SIZE",)
+
+
+def test_master_addr_and_port_are_set_as_aws_pytorch_container_sets_them():
+    """MASTER_ADDR/MASTER_PORT on jobs without a distribution and under MPI (torchrun sets its
+    own): the master host on several hosts, the loopback address on one; torchrun's port."""
+    two = ("algo-1", "algo-2")
+    for current in two:
+        env = launch.build(job(hosts=two, current=current), SCRIPT).env
+        assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["GLOO_SOCKET_IFNAME"]) == ("algo-1", "7777", "eth0")
+    assert {k: launch.build(job(), SCRIPT).env[k] for k in ("MASTER_ADDR", "MASTER_PORT")} == {
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "7777"}
+    mpi = launch.build(job(hosts=two, mpi=MpiConfig(enabled=True, processes_per_host=2)), SCRIPT)
+    assert mpi.env["MASTER_ADDR"] == "algo-1"
+    assert all(mpi.argv[mpi.argv.index(name) - 1] == "-x" for name in ("MASTER_ADDR", "MASTER_PORT"))
