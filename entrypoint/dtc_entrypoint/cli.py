@@ -60,6 +60,9 @@ PEER_END_GRACE_S = 20.0
 # "host X stopped answering" waits for host X's line (DTC_PEER_NOTICE_WAIT_S).
 PRESENCE_LINGER_S = 6.0
 PEER_NOTICE_WAIT_S = 15.0
+# CPU-seconds within supervise.BUSY_WINDOW_S (10 s) that count as a job's progress: a tenth of a core.
+# A job waiting in Gloo, a lock or a sleep uses next to none (torchrun's agent polls its ranks).
+BUSY_CPU_S = 1.0
 
 KNOWN_FRAMEWORK_PARAMETERS = {
     *strategy.STRATEGY_FLAGS, *strategy.UNSUPPORTED_FLAGS,
@@ -205,8 +208,10 @@ def _stall_rule(config: job_config.JobConfig, plan: launch.LaunchPlan) -> superv
             lines += [f"  {frame.filename}:{frame.line} in {frame.function}" for frame in dump.main[:12]]
         return "\n".join(lines) + "\n"
 
+    # a silent job that computes is not stalled; MPI's waiting ranks spin, so under MPI only output counts
+    busy_cpu_s = None if plan.strategy == strategy.MPI else BUSY_CPU_S
     return supervise.StallRule(config.stall_timeout_s, config.stall_startup_grace_s, heartbeat_file(config),
-                               on_stall, judges)
+                               on_stall, judges, busy_cpu_s)
 
 
 def _peer_notice(config: job_config.JobConfig, hosts: list[str], extra_s: float = 0.0) -> peers.Gone | None:

@@ -10,10 +10,11 @@ instead of mpirun, which would kill the ranks a second later. The toolkit forwar
 (toolkit #125). What is still alive ``kill_after_s`` after the first signal is killed.
 
 A ``StallRule`` ends a command that shows no progress: no byte of output (stdout or stderr, any
-process) and no touch of the heartbeat file for ``timeout_s``, once ``timeout_s`` plus
-``startup_grace_s`` have passed since the start (a first step compiling, data downloading);
-its ``on_stall`` names where the processes are before they are killed, also on a host that does
-not judge (``StallRule.judges``) when another host reports a stall.
+process), no touch of the heartbeat file and (where the rule says) no busy CPU for
+``timeout_s``, once ``timeout_s`` plus ``startup_grace_s`` have passed since the start (a first
+step compiling, data downloading); its ``on_stall`` names where the processes are before they
+are killed, also on a host that does not judge (``StallRule.judges``) when another host reports
+a stall.
 """
 
 import collections
@@ -37,6 +38,8 @@ from .report import STALLED
 log = logging.getLogger(__name__)
 
 STDERR_TAIL_LINES = 400
+# StallRule.busy_cpu_s is measured over this many seconds.
+BUSY_WINDOW_S = 10.0
 # How long a failed command's result waits for its watch to say whether a peer was lost (the watch
 # polls every few seconds, and may give the command a grace period first: cli._peer_watch).
 WATCH_JOIN_S = 30.0
@@ -82,6 +85,9 @@ class StallRule:
             other than the master, whose ranks print nothing in a healthy job: it never calls a
             stall itself, and calls ``on_stall`` when the ``watch`` reports another host's stall
             (``report.STALLED``), so that its ranks' stacks are read before they are ended.
+        busy_cpu_s: CPU-seconds the command's processes (all of them, together) must use within
+            ``BUSY_WINDOW_S`` to count as progress, so that a silent job that computes is not
+            flagged; ``None``: output and heartbeat only (under MPI, whose waiting ranks spin).
     """
 
     timeout_s: float
@@ -89,6 +95,7 @@ class StallRule:
     heartbeat_file: str
     on_stall: Callable[[float], str]
     judges: bool = True
+    busy_cpu_s: float | None = None
 
     def idle_s(self, last_output: float, now: float) -> float:
         """Seconds since the last progress: output at ``last_output`` (``time.monotonic``) or
@@ -130,12 +137,48 @@ def _pump(stream, sink, tail: collections.deque | None, progress: _Progress) -> 
     stream.close()
 
 
-def _watch_for_stall(rule: StallRule, progress: _Progress, started: float, done: Callable[[], bool],
+class _CpuUse:
+    """The CPU time of a process and its descendants, sampled (``sample``); a process that has
+    exited keeps its last reading, so the total never falls."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._seconds: dict[int, float] = {}
+        self._samples: collections.deque = collections.deque()
+
+    def sample(self, now: float) -> None:
+        try:
+            root = psutil.Process(self.pid)
+            processes = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            processes = []
+        for process in processes:
+            try:
+                times = process.cpu_times()
+                self._seconds[process.pid] = times.user + times.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                pass
+        self._samples.append((now, sum(self._seconds.values())))
+        while now - self._samples[0][0] > BUSY_WINDOW_S:
+            self._samples.popleft()
+
+    def used_s(self) -> float:
+        """CPU-seconds used over the last ``BUSY_WINDOW_S`` seconds of samples."""
+        return self._samples[-1][1] - self._samples[0][1] if self._samples else 0.0
+
+
+def _watch_for_stall(rule: StallRule, progress: _Progress, started: float, pid: int, done: Callable[[], bool],
                      poll_s: float = 1.0) -> float | None:
     """Waits until the command is done (``None``) or stalled (returns the seconds without progress)."""
+    cpu = _CpuUse(pid)
+    last_busy = started
     while not done():
         now = time.monotonic()
-        idle_s = rule.idle_s(progress.last, now)
+        if rule.busy_cpu_s is not None:
+            cpu.sample(now)
+            if cpu.used_s() >= rule.busy_cpu_s:
+                last_busy = now
+        idle_s = min(rule.idle_s(progress.last, now), now - last_busy)
         if idle_s >= rule.timeout_s and now - started >= rule.timeout_s + rule.startup_grace_s:
             return idle_s
         time.sleep(poll_s)
@@ -249,7 +292,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
         watching.start()
     if stall is not None and stall.judges:
         def stall_watcher():
-            idle_s = _watch_for_stall(stall, progress, time.monotonic(), lambda: child.poll() is not None)
+            idle_s = _watch_for_stall(stall, progress, time.monotonic(), child.pid, lambda: child.poll() is not None)
             if idle_s is None or received or lost:
                 return
             log.error("no output and no heartbeat from the training processes for %.0f s: reading their stacks",

@@ -9,10 +9,22 @@ import time
 
 import pytest
 
-from helpers import copy_programs, processes_of_job, run_train
+from helpers import PROGRAMS, copy_programs, processes_of_job, run_train
 
 pytestmark = pytest.mark.e2e
 TIMEOUT_S = 6
+
+
+def _line(text: str) -> int:
+    """The number of stall.py's first line holding ``text``."""
+    lines = (PROGRAMS / "stall.py").read_text().splitlines()
+    return next(number for number, line in enumerate(lines, 1) if text in line)
+
+
+LOCK = _line("lock.acquire()   # held already")
+SLEEP = _line("time.sleep(3600)")
+ALL_REDUCE = _line("dist.all_reduce(gradient)")
+BARRIER = _line("comm.Barrier()")
 
 
 def _stalled_job(make_job, source_dir, mode: str, grace_s: int = 2, **hyperparameters):
@@ -38,12 +50,13 @@ def test_a_process_waiting_on_a_lock_it_holds_is_ended_at_the_timeout_naming_the
     result, took_s = _run(root)
     assert result.returncode == 5, result.output[-3000:]
     first = result.failure.splitlines()[0]
-    assert re.fullmatch(rf"stalled \d+ s: process \d+ is in stall\.py:25 \(hold_the_lock\) \(no output and no "
+    assert re.fullmatch(rf"stalled \d+ s: process \d+ is in stall\.py:{LOCK} \(hold_the_lock\) \(no output and no "
                         rf"heartbeat for \d+ s: sagemaker_stall_timeout_s={TIMEOUT_S}; every process's stacks in "
                         rf"{root}/output/data/forensics/stacks\)", first), result.failure
     stacks = _stacks(root)
     assert len(stacks) == 1, stacks
-    assert re.search(r'File ".*stall\.py", line 25 in hold_the_lock\n  File ".*stall\.py", line 37 in <module>',
+    assert re.search(rf'File ".*stall\.py", line {LOCK} in hold_the_lock\n  File ".*stall\.py", line '
+                     rf'{_line("    hold_the_lock(lock)")} in <module>',
                      next(iter(stacks.values()))), stacks
     assert took_s < TIMEOUT_S + 2 + 30, f"the job ended {took_s:.0f} s after it started"
     assert not processes_of_job(root)
@@ -58,8 +71,8 @@ def test_a_torchrun_rank_stuck_in_its_data_loading_is_named_against_the_rank_wai
     assert "rank 0 step 2 sum 2" in result.output and "rank 0 step 3" not in result.output, result.output[-3000:]
     first = result.failure.splitlines()[0]
     assert first.startswith("stalled "), result.failure
-    assert re.search(r": rank 1 on algo-1 is in stall\.py:30 \(load_batch\) while rank 0 on algo-1 waits in "
-                     r"all_reduce at stall\.py:47 \(<module>\) \(no output", first), result.failure
+    assert re.search(rf": rank 1 on algo-1 is in stall\.py:{SLEEP} \(load_batch\) while rank 0 on algo-1 waits in "
+                     rf"all_reduce at stall\.py:{ALL_REDUCE} \(<module>\) \(no output", first), result.failure
     stacks = _stacks(root)
     ranks = sorted(name for name in stacks if name.startswith("rank"))
     assert [name.split("-")[0] for name in ranks] == ["rank0", "rank1"], stacks.keys()
@@ -75,8 +88,8 @@ def test_an_mpi_rank_stuck_on_a_lock_is_named_against_the_rank_waiting_in_a_barr
     result, took_s = _run(root)
     assert result.returncode == 5, result.output[-3000:]
     first = result.failure.splitlines()[0]
-    assert re.search(r"^stalled \d+ s: rank 1 on algo-1 is in stall\.py:25 \(hold_the_lock\) while rank 0 on algo-1 "
-                     r"waits in barrier at stall\.py:59 \(<module>\)", first), result.failure
+    assert re.search(rf"^stalled \d+ s: rank 1 on algo-1 is in stall\.py:{LOCK} \(hold_the_lock\) while rank 0 on "
+                     rf"algo-1 waits in barrier at stall\.py:{BARRIER} \(<module>\)", first), result.failure
     assert sorted(name.split("-")[0] for name in _stacks(root) if name.startswith("rank")) == ["rank0", "rank1"]
     assert took_s < TIMEOUT_S + 2 + 45, f"the job ended {took_s:.0f} s after it started"
     assert not processes_of_job(root)
@@ -90,6 +103,14 @@ def test_a_healthy_job_with_a_long_silent_first_step_is_not_flagged(make_job, so
     assert result.returncode == 0 and result.succeeded, result.output[-3000:]
     assert "step 8 of 8" in result.output
     assert not _stacks(root)
+
+
+def test_a_silent_job_that_computes_is_not_flagged(make_job, source_dir):
+    """Three times the timeout without a word, past the grace, but busy on a core: progress."""
+    root = _stalled_job(make_job, source_dir, "busy", grace_s=0, **{"first-step-s": 3 * TIMEOUT_S})
+    result, _ = _run(root)
+    assert result.returncode == 0 and result.succeeded, result.output[-3000:]
+    assert "computed True" in result.output
 
 
 def test_a_program_that_touches_the_heartbeat_file_is_not_flagged(make_job, source_dir):

@@ -7,7 +7,9 @@
 - ``mpi-lock``: ranks under mpirun (mpi4py); rank 1 takes a lock it holds while the others wait
   in a barrier;
 - ``slow-start``: a healthy job whose first step is silent for ``--first-step-s`` seconds, then
-  prints a line per second for ``--steps`` steps and exits 0.
+  prints a line per second for ``--steps`` steps and exits 0;
+- ``busy``: a healthy job that computes for ``--first-step-s`` seconds without a word, then
+  prints one line and exits 0.
 """
 import argparse
 import os
@@ -63,5 +65,10 @@ elif args.mode == "slow-start":
         print(f"step {step} of {args.steps}", flush=True)
         time.sleep(1)
     print(f"done (pid {os.getpid()})", flush=True)
+elif args.mode == "busy":
+    deadline, total = time.monotonic() + args.first_step_s, 0
+    while time.monotonic() < deadline:
+        total += sum(i * i for i in range(10_000))
+    print(f"computed {total > 0}", flush=True)
 else:
     raise SystemExit(f"unknown --mode {args.mode}")
