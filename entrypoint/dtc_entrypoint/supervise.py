@@ -121,13 +121,18 @@ def _pump(stream, sink, tail: collections.deque | None, progress: _Progress) -> 
     """Copies the child's stdout or stderr to ours as it arrives, partial lines included, so a
     progress bar that redraws itself with ``\r`` (tqdm) reaches the log at once rather than at
     the next newline; keeps the last lines (split at ``\n`` and ``\r``) in ``tail`` for the
-    failure report, if given; marks ``progress`` at each chunk."""
+    failure report, if given; marks ``progress`` at each chunk. A sink that cannot be written
+    (a closed pipe) is dropped and the stream still drained, so the child never blocks on it."""
     fd = stream.fileno()
     pending = b""
     while chunk := os.read(fd, 65536):
         progress.seen()
-        sink.write(chunk)
-        sink.flush()
+        if sink is not None:
+            try:
+                sink.write(chunk)
+                sink.flush()
+            except OSError:
+                sink = None
         if tail is None:
             continue
         *lines, pending = _LINE_END.split(pending + chunk)
@@ -315,8 +320,9 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
         watching.join(timeout=WATCH_JOIN_S)   # a failure right after a peer closed: let the watch name it
     if stalling is not None:
         stalling.join(timeout=WATCH_JOIN_S)   # killed for a stall: its account is being written
+    deadline = time.monotonic() + 10   # a process the command left behind may hold a pipe open
     for pump in pumps:
-        pump.join(timeout=10)
+        pump.join(timeout=max(0.0, deadline - time.monotonic()))
     return RunResult(returncode, tuple(tail), received[0] if received else None,
                      lost[0] if lost and returncode != 0 else None,
                      stalled[0] if stalled and returncode != 0 else None)
