@@ -195,7 +195,7 @@ def _stall_rule(config: job_config.JobConfig, plan: launch.LaunchPlan) -> superv
         # under MPI through mpirun, which passes the signal to every rank on every host (the other
         # hosts keep their ranks' stacks: _serve_mpi_worker)
         mpirun = [p.pid for p in psutil.Process().children(recursive=True) if p.name() in ("mpirun", "orterun")]
-        paths = stack_dump.request(stacks_dir(config), stack_dump.REQUEST_WAIT_S, via=mpirun[0] if mpirun else None)
+        paths = stack_dump.request(stacks_dir(config), via=mpirun[0] if mpirun else None)
         dumps = sorted(filter(None, map(forensics.parse, paths)),
                        key=lambda d: (d.rank is None, d.rank or 0, d.pid))
         folder = forensics.keep(paths, config.output_dir)

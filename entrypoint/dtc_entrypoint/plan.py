@@ -22,6 +22,15 @@ HOST_SPECIFIC_SM_VARS = frozenset({
 })
 
 
+HEARTBEAT_VARIABLE = "DTC_HEARTBEAT_FILE"
+# PyTorch's Flight Recorder dump file prefix (the rank is appended), and its older name
+# (torch/csrc/distributed/c10d/FlightRecorder.hpp): NCCL's watchdog dumps there when a collective
+# times out (TORCH_NCCL_DUMP_ON_TIMEOUT, on by default); its default is under $HOME/.cache.
+FLIGHT_RECORDER_FILE_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+# MASTER_ADDR on one host, and torchrun's --master_addr there.
+LOCAL_MASTER = "127.0.0.1"
+
+
 @dataclass(frozen=True)
 class Service:
     """A process a host runs beside its main command (a TensorFlow parameter server), started
@@ -118,19 +127,10 @@ def job_env(config: JobConfig, program: Program) -> dict[str, str]:
     return env
 
 
-# PyTorch's Flight Recorder dump file prefix (the rank is appended), and its older name
-# (torch/csrc/distributed/c10d/FlightRecorder.hpp): NCCL's watchdog dumps there when a collective
-# times out (TORCH_NCCL_DUMP_ON_TIMEOUT, on by default); its default is under $HOME/.cache.
-FLIGHT_RECORDER_FILE_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
-
-
 def flight_recorder_dir(config: JobConfig) -> str:
     """Where NCCL's Flight Recorder dumps go: ``output/data/forensics/flight-recorder`` (uploaded
     with the job's output; ``train`` makes the folder, and removes it when the job leaves it empty)."""
     return forensics.folder(config.output_dir, "flight-recorder")
-
-
-HEARTBEAT_VARIABLE = "DTC_HEARTBEAT_FILE"
 
 
 def stacks_dir(config: JobConfig) -> str:
@@ -150,9 +150,6 @@ def program_argv(config: JobConfig, program: Program, under_mpi4py: bool = False
         runner = [config.python, "-m", "mpi4py"] if under_mpi4py else [config.python]
         return runner + list(program.argv) + to_argv(config.user_hyperparameters)
     return list(program.argv) + to_argv(config.user_hyperparameters)
-
-
-LOCAL_MASTER = "127.0.0.1"
 
 
 def master_env(config: JobConfig) -> dict[str, str]:

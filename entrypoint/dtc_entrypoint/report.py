@@ -134,7 +134,7 @@ _PEER_FAILED = re.compile(r"host \S+ failed: ")
 
 
 # A stall's headline (cli._stall_rule), or another host's account of its stall (peer_failed).
-STALLED = re.compile(r"^(?:host \S+ failed: )?stalled (\d+) s: ")
+STALLED = re.compile(rf"^(?:{_PEER_FAILED.pattern})?stalled (\d+) s: ")
 
 
 def peer_failed(host: str, line: str) -> str:
