@@ -166,6 +166,9 @@ def analyse(records: list[dict]) -> tuple[dict, list[dict]]:
             bare = a8[("bare-loop", case)]["median"]
             ratio("A8", f"built-in trainer / bare loop, training images/s, {case}, 1 process",
                   a8[("trainer", case)]["median"] / bare, 0.97)
+            if ("trainer-no-stall-rule", case) in a8:   # issue #41: watching for stalls costs within noise
+                ratio("A8", f"built-in trainer with / without the stall rule, training images/s, {case}",
+                      a8[("trainer", case)]["median"] / a8[("trainer-no-stall-rule", case)]["median"], None)
             for variant, name in (("horovod-1-rank", "Horovod"), ("ddp-1-rank", "DDP")):
                 if (variant, case) in a8:
                     ratio("A8", f"{name} trainer on 1 rank / bare loop, training images/s, {case}",

@@ -8,6 +8,9 @@ intra-op thread, one DALI thread:
   read-back and non-finite check, the learning-rate schedule, progress lines, system metrics,
   TensorBoard, a checkpoint and validation after every epoch); its own ``samples_per_second``
   (training steps only).
+- ``trainer-no-stall-rule``: the same with the stall rule off (``sagemaker_stall_timeout_s=0``):
+  what watching a healthy job for stalls costs it (issue #41 item 4: a thread polling once a
+  second, a psutil walk of the job's processes, stdout through a pipe).
 - ``horovod-1-rank``, ``ddp-1-rank``: the data-parallel trainers on one rank under their launchers
   (``mpi`` with one process per host, ``torch_distributed`` with one): what Horovod
   (``DistributedOptimizer``, its background thread) and DDP (its gradient buckets' allreduce over
@@ -42,6 +45,7 @@ CASES = {
 # one rank; mpirun binds to nothing, so the rank keeps the core taskset gave train
 TRAINERS = {
     "trainer": {},
+    "trainer-no-stall-rule": {"sagemaker_stall_timeout_s": 0},
     "horovod-1-rank": {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1,
                        "sagemaker_mpi_custom_mpi_options": "-bind-to none"},
     "ddp-1-rank": {"sagemaker_torch_distributed_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1},

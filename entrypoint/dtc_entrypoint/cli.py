@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 
 import psutil
 
@@ -67,7 +68,7 @@ BUSY_CPU_S = 1.0
 KNOWN_FRAMEWORK_PARAMETERS = {
     *strategy.STRATEGY_FLAGS, *strategy.UNSUPPORTED_FLAGS,
     job_config.MPI_PROCESSES_PER_HOST, job_config.MPI_NUM_PROCESSES, job_config.MPI_CUSTOM_OPTIONS,
-    job_config.PREFLIGHT, job_config.STALL_TIMEOUT, job_config.STALL_STARTUP_GRACE,
+    job_config.PREFLIGHT, job_config.STALL_TIMEOUT, job_config.STALL_STARTUP_GRACE, job_config.STALL_ACTION,
     "sagemaker_instance_type", "sagemaker_distribution_instance_groups",
 }
 
@@ -191,27 +192,29 @@ def _stall_rule(config: job_config.JobConfig, plan: launch.LaunchPlan) -> superv
     if not judges and plan.strategy != strategy.TORCH_DISTRIBUTED:
         return None
 
-    def on_stall(idle_s: float) -> str:
-        # under MPI through mpirun, which passes the signal to every rank on every host (the other
-        # hosts keep their ranks' stacks: _serve_mpi_worker)
+    def read_stacks() -> forensics.Reading:
+        # under MPI through mpirun, which passes the signal to every rank on every host; the other
+        # hosts' dumps are copied here over ssh (each host also keeps its own: _serve_mpi_worker)
         mpirun = [p.pid for p in psutil.Process().children(recursive=True) if p.name() in ("mpirun", "orterun")]
         paths = stack_dump.request(stacks_dir(config), via=mpirun[0] if mpirun else None)
-        dumps = sorted(filter(None, map(forensics.parse, paths)),
-                       key=lambda d: (d.rank is None, d.rank or 0, d.pid))
-        folder = forensics.keep(paths, config.output_dir)
-        lines = [f"stalled {idle_s:.0f} s: {forensics.where_ranks_are(dumps)} (no output and no heartbeat for "
-                 f"{idle_s:.0f} s: {job_config.STALL_TIMEOUT}={config.stall_timeout_s}; every process's stacks in "
-                 f"{folder})", ""]
-        for dump in dumps:
-            who = f"rank {dump.rank}" if dump.rank is not None else "process"
-            lines.append(f"{who} (pid {dump.pid}, host {dump.host or config.current_host}; {dump.argv[:160]}):")
-            lines += [f"  {frame.filename}:{frame.line} in {frame.function}" for frame in dump.main[:12]]
-        return "\n".join(lines) + "\n"
+        if plan.strategy == strategy.MPI:
+            paths += mpi_hosts.fetch_stacks([h for h in plan.hosts if h != config.current_host], stacks_dir(config))
+        return forensics.read(paths, config.output_dir, config.current_host)
 
-    # a silent job that computes is not stalled; MPI's waiting ranks spin, so under MPI only output counts
-    busy_cpu_s = None if plan.strategy == strategy.MPI else BUSY_CPU_S
+    def on_stall(idle_s: float, stderr_tail: Sequence[str]) -> str:
+        reading = read_stacks()
+        horovod = report.horovod_missing(stderr_tail)   # the tensors Horovod's stall inspector names
+        return "\n".join([f"stalled {idle_s:.0f} s: {reading.where}{f'; {horovod}' if horovod else ''} (no output and "
+                          f"no heartbeat for {idle_s:.0f} s: {job_config.STALL_TIMEOUT}={config.stall_timeout_s}; "
+                          f"every process's stacks in {reading.folder})", "", *reading.details]) + "\n"
+
+    # a silent job that computes is not stalled; MPI's waiting ranks spin, so under MPI only output
+    # counts, but not Horovod's stall warnings (launch_mpi.horovod_stall_env)
+    mpi = plan.strategy == strategy.MPI
     return supervise.StallRule(config.stall_timeout_s, config.stall_startup_grace_s, heartbeat_file(config),
-                               on_stall, judges, busy_cpu_s)
+                               on_stall, judges, busy_cpu_s=None if mpi else BUSY_CPU_S,
+                               ends_job=config.stall_action == "end",
+                               quiet=report.horovod_stall_line if mpi else None)
 
 
 def _peer_notice(config: job_config.JobConfig, hosts: list[str], extra_s: float = 0.0) -> peers.Gone | None:
@@ -381,7 +384,7 @@ def run_job(plan_only: bool) -> int:
                 text = account(report.peer_failed(said.host, said.notice))
         path = report.write_failure(config.output_dir, text)
         exit_code = (128 + result.signal_received if result.signal_received
-                     else EXIT_STALLED if result.stalled or report.STALLED.match(result.peer_lost or "")
+                     else EXIT_STALLED if result.stalled or report.STALLED.match(result.peer_lost or text)
                      else EXIT_PEER_ERROR if result.peer_lost else result.exit_code)
         log.error("training failed (exit code %d): %s [details in %s]", exit_code, text.splitlines()[0], path)
         if presence is not None and not signal_name:   # the other hosts' watch reads this host's cause

@@ -43,6 +43,10 @@ DEFAULT_STALL_TIMEOUT_S = 1800
 STALL_STARTUP_GRACE = "sagemaker_stall_startup_grace_s"
 STALL_STARTUP_GRACE_VARIABLE = "DTC_STALL_STARTUP_GRACE_S"
 DEFAULT_STALL_STARTUP_GRACE_S = 600
+# What a stall does: "end" the job (exit 5), or "dump" the stacks and let it run on.
+STALL_ACTION = "sagemaker_stall_action"
+STALL_ACTION_VARIABLE = "DTC_STALL_ACTION"
+STALL_ACTIONS = ("end", "dump")
 
 # Variables of the container's environment that launchers pass on to every process, by name
 # (mpirun -x NAME), so their values never appear in a command line or a log.
@@ -129,6 +133,9 @@ class JobConfig:
             ``sagemaker_stall_timeout_s``, else ``$DTC_STALL_TIMEOUT_S`` (``seconds_setting``).
         stall_startup_grace_s: seconds (int) added to the first stall timeout after the start:
             ``sagemaker_stall_startup_grace_s``, else ``$DTC_STALL_STARTUP_GRACE_S``.
+        stall_action: ``end`` (the default: a stall ends the job) or ``dump`` (its stacks are
+            read and kept, and the job runs on): ``sagemaker_stall_action``, else
+            ``$DTC_STALL_ACTION``.
     """
 
     base_dir: str
@@ -158,6 +165,7 @@ class JobConfig:
     instance_type: str = ""
     stall_timeout_s: int = DEFAULT_STALL_TIMEOUT_S
     stall_startup_grace_s: int = DEFAULT_STALL_STARTUP_GRACE_S
+    stall_action: str = "end"
 
     @property
     def model_dir(self) -> str:
@@ -258,24 +266,37 @@ def warm_pool_cache_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: os.path.join(root, sub) for name, sub in WARM_POOL_CACHES.items() if name not in environ}
 
 
-def preflight_mode(framework_parameters: Mapping[str, object], environ: Mapping[str, str]) -> str:
-    """The preflight's mode: the ``sagemaker_preflight`` hyperparameter, else ``$DTC_PREFLIGHT``,
-    else ``quick``.
+def choice_setting(framework_parameters: Mapping[str, object], environ: Mapping[str, str], key: str,
+                   variable: str, choices: Sequence[str], default: str, what: str) -> str:
+    """One of ``choices`` (lower-cased): the hyperparameter ``key``, else the environment
+    variable ``variable``, else ``default``: the preflight's mode (``PREFLIGHT``: ``off``,
+    ``quick``, ``full``; default ``quick``) and what a stall does (``STALL_ACTION``: ``end``,
+    ``dump``; default ``end``).
 
     Raises:
-        ConfigError: a value other than ``off``, ``quick`` or ``full``, naming where it came from.
+        ConfigError: another value, naming where it came from and ``what`` it should be.
     """
-    for key, value in ((PREFLIGHT, framework_parameters.get(PREFLIGHT)), (PREFLIGHT_VARIABLE, environ.get(
-            PREFLIGHT_VARIABLE))):
+    for name, value in ((key, framework_parameters.get(key)), (variable, environ.get(variable))):
         if value in (None, ""):
             continue
-        mode = str(value).strip().lower()
-        if mode not in PREFLIGHT_MODES:
-            where = "hyperparameter" if key == PREFLIGHT else "environment variable"
-            raise ConfigError(f"{where} {key}={value!r} is not a preflight mode: use one of "
-                              f"{', '.join(PREFLIGHT_MODES)}", key=key)
-        return mode
-    return "quick"
+        choice = str(value).strip().lower()
+        if choice not in choices:
+            where = "hyperparameter" if name == key else "environment variable"
+            raise ConfigError(f"{where} {name}={value!r} is not {what}: use one of {', '.join(choices)}", key=name)
+        return choice
+    return default
+
+
+def preflight_mode(framework_parameters: Mapping[str, object], environ: Mapping[str, str]) -> str:
+    """``sagemaker_preflight``, else ``$DTC_PREFLIGHT``, else ``quick`` (``choice_setting``)."""
+    return choice_setting(framework_parameters, environ, PREFLIGHT, PREFLIGHT_VARIABLE, PREFLIGHT_MODES, "quick",
+                          "a preflight mode")
+
+
+def stall_action(framework_parameters: Mapping[str, object], environ: Mapping[str, str]) -> str:
+    """``sagemaker_stall_action``, else ``$DTC_STALL_ACTION``, else ``end`` (``choice_setting``)."""
+    return choice_setting(framework_parameters, environ, STALL_ACTION, STALL_ACTION_VARIABLE, STALL_ACTIONS, "end",
+                          "a stall action")
 
 
 def seconds_setting(framework_parameters: Mapping[str, object], environ: Mapping[str, str], key: str,
@@ -353,6 +374,7 @@ def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str
                                               for name, settings in env.input_data_config.items()}),
         cache_env=MappingProxyType(warm_pool_cache_env(environ)),
         preflight=preflight_mode(framework_parameters, environ),
+        stall_action=stall_action(framework_parameters, environ),
         stall_timeout_s=seconds_setting(framework_parameters, environ, STALL_TIMEOUT, STALL_TIMEOUT_VARIABLE,
                                         DEFAULT_STALL_TIMEOUT_S),
         stall_startup_grace_s=seconds_setting(framework_parameters, environ, STALL_STARTUP_GRACE,

@@ -23,7 +23,8 @@ def folder(output_dir: str, part: str = "") -> str:
     """``<output_dir>/data/forensics[/<part>]``: ``stacks`` (``keep``), ``flight-recorder``
     (``plan.job_env``)."""
     return os.path.join(output_dir, FORENSICS_SUBDIR, part) if part else os.path.join(output_dir, FORENSICS_SUBDIR)
-_HEADER = re.compile(r"# dtc stacks pid=(\d+) host=(\S*) rank=(\S*) local_rank=(\S*) forked_from=(\S*) argv=(.*)")
+_HEADER = re.compile(r"# dtc stacks pid=(\d+) host=(\S*) rank=(\S*) local_rank=(\S*) world_size=(\S*) "
+                     r"forked_from=(\S*) argv=(.*)")
 _THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):$")
 _FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
 # the innermost frames that say a rank waits for the others: torch.distributed's and Horovod's
@@ -36,6 +37,8 @@ _COLLECTIVE_PACKAGES = ("/torch/distributed/", "/horovod/", "/mpi4py/", "/tensor
 _COLLECTIVE_CALL = re.compile(r"\b(all_?reduce|Allreduce|all_?gather|Allgather|barrier|Barrier|bcast|Bcast|"
                               r"broadcast|synchronize|reduce_scatter)\w*\s*\(", re.IGNORECASE)
 NOT_ON_THIS_HOST = ": the rank they wait for is not on this host"
+EVERY_RANK_WAITS = (": every rank waits in a collective (they called different ones, or in another order, or with "
+                    "other names)")
 _LIBRARY_ROOTS = tuple({sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib")})
 
 
@@ -56,7 +59,7 @@ class Stacks:
     """One process's dump.
 
     Attributes:
-        pid / host / rank / local_rank / argv: from ``stack_dump``'s header (``rank`` is ``None``
+        pid / host / rank / local_rank / world_size / argv: from ``stack_dump``'s header (``rank`` is ``None``
             for a process that is not a rank itself: a launcher, MPI's ``rank_shim``, a rank's
             forked child such as a DataLoader worker).
         main: the main thread's frames, innermost first (the dump's last thread).
@@ -68,6 +71,7 @@ class Stacks:
     host: str
     rank: int | None
     local_rank: int | None
+    world_size: int | None
     argv: str
     main: tuple[Frame, ...]
     threads: int
@@ -93,11 +97,11 @@ def parse(path: str) -> Stacks | None:
         previous = line
     if not threads:
         return None
-    pid, host, rank, local_rank, forked_from, argv = header.groups()
+    pid, host, rank, local_rank, world_size, forked_from, argv = header.groups()
     # a rank's forked child (DataLoader worker) and MPI's rank_shim share its rank variables
     is_rank = rank.isdigit() and not forked_from and f"-m {SHIM_MODULE}" not in argv
-    return Stacks(int(pid), host, int(rank) if is_rank else None,
-                  int(local_rank) if local_rank.isdigit() else None, argv, tuple(threads[-1]), len(threads), path)
+    return Stacks(int(pid), host, int(rank) if is_rank else None, int(local_rank) if local_rank.isdigit() else None,
+                  int(world_size) if world_size.isdigit() else None, argv, tuple(threads[-1]), len(threads), path)
 
 
 def _is_library(filename: str) -> bool:
@@ -119,16 +123,22 @@ def program_frame(stacks: Stacks) -> Frame | None:
 
 def collective(stacks: Stacks) -> str | None:
     """The collective the main thread waits in (``all_reduce``, ``barrier``..., ``backward`` where
-    DDP all-reduces the gradients), or ``None``."""
+    DDP all-reduces the gradients), or ``None``: of the library's frames under the program's
+    innermost one, the outermost that is a collective (Horovod's ``allreduce`` rather than the
+    ``synchronize`` it waits in), else the call on the program's own line (a compiled collective:
+    mpi4py, TensorFlow)."""
+    found = None
     for frame in stacks.main:
-        if not _is_library(frame.filename):   # the program's own line: a compiled collective (mpi4py, TF)
+        if not _is_library(frame.filename):
+            if found:
+                return found
             call = _COLLECTIVE_CALL.search(linecache.getline(frame.filename, frame.line))
             return call.group(1).lower() if call else None
         if any(p in frame.filename for p in _COLLECTIVE_PACKAGES) and _COLLECTIVE_FUNCTIONS.match(frame.function):
-            return frame.function
-        if "/torch/autograd/" in frame.filename and frame.function in ("_engine_run_backward", "backward"):
-            return "backward"   # DDP's gradient all-reduce runs inside it
-    return None
+            found = frame.function
+        elif "/torch/autograd/" in frame.filename and frame.function in ("_engine_run_backward", "backward"):
+            found = "backward"   # DDP's gradient all-reduce runs inside it
+    return found
 
 
 def _ranks(numbers: list[int]) -> str:
@@ -149,7 +159,9 @@ def _ranks(numbers: list[int]) -> str:
 def where_ranks_are(dumps: list[Stacks]) -> str:
     """One clause naming where the ranks are, the ones outside a collective (the culprits) first:
     ``rank 1 on algo-1 is in train.py:14 (load_batch) while rank 0 waits in all_reduce
-    (train.py:20)``. Processes without a rank count when no rank dumped (a one-process job)."""
+    (train.py:20)``. Processes without a rank count when no rank dumped (a one-process job). When
+    every rank waits: ``NOT_ON_THIS_HOST`` unless every rank of the world dumped here
+    (``EVERY_RANK_WAITS``: mismatched collectives)."""
     ranked = [d for d in dumps if d.rank is not None] or dumps
     waiting: dict[tuple[str, str], list[Stacks]] = {}
     elsewhere: list[Stacks] = []
@@ -172,23 +184,55 @@ def where_ranks_are(dumps: list[Stacks]) -> str:
     if parts and waits:
         return ", ".join(parts) + " while " + ", ".join(waits)
     if waits:
-        return ", ".join(waits) + NOT_ON_THIS_HOST
+        world = {d.world_size for d in ranked}
+        every = len(world) == 1 and None not in world and {d.rank for d in ranked} == set(range(world.pop()))
+        return ", ".join(waits) + (EVERY_RANK_WAITS if every else NOT_ON_THIS_HOST)
     return ", ".join(parts) or "no process wrote its stacks"
 
 
 def keep(paths: list[str], output_dir: str) -> str:
     """Copies the dumps into ``<output_dir>/data/forensics/stacks`` as
     ``rank<R>-<host>-pid<P>.txt`` (``process-pid<P>.txt`` without a rank). Returns the folder."""
+    return _keep([dump for dump in map(parse, paths) if dump is not None], output_dir)
+
+
+def _keep(dumps: list[Stacks], output_dir: str) -> str:
     stacks = folder(output_dir, "stacks")
     os.makedirs(stacks, exist_ok=True)
-    for path in paths:
-        dump = parse(path)
-        if dump is None:
-            continue
+    for dump in dumps:
         name = (f"rank{dump.rank}-{dump.host or 'host'}-pid{dump.pid}.txt" if dump.rank is not None
                 else f"process-pid{dump.pid}.txt")
-        shutil.copyfile(path, os.path.join(stacks, name))
+        shutil.copyfile(dump.path, os.path.join(stacks, name))
     return stacks
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one read of the job's stacks found (``read``).
+
+    Attributes:
+        where: ``where_ranks_are``'s clause.
+        folder: where the dumps are kept (``keep``).
+        details: per process, a line naming it (rank, pid, host, command line) and its main
+            thread's innermost frames (at most 12), one line each.
+    """
+
+    where: str
+    folder: str
+    details: tuple[str, ...]
+
+
+def read(paths: list[str], output_dir: str, this_host: str) -> Reading:
+    """Parses the dumps at ``paths``, keeps them (``keep``) and says where each rank is; a
+    dump without a host in its header is named ``this_host``."""
+    dumps = sorted(filter(None, map(parse, paths)), key=lambda d: (d.rank is None, d.rank or 0, d.host, d.pid))
+    kept = _keep(dumps, output_dir)
+    details: list[str] = []
+    for dump in dumps:
+        who = f"rank {dump.rank}" if dump.rank is not None else "process"
+        details.append(f"{who} (pid {dump.pid}, host {dump.host or this_host}; {dump.argv[:160]}):")
+        details += [f"  {frame.filename}:{frame.line} in {frame.function}" for frame in dump.main[:12]]
+    return Reading(where_ranks_are(dumps), kept, tuple(details))
 
 
 def clear(output_dir: str, stacks_dir: str) -> None:

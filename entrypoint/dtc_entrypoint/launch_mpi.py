@@ -19,16 +19,19 @@ HOROVOD_STALL_SHUTDOWN = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"
 
 
 def horovod_stall_env(config: JobConfig) -> dict[str, str]:
-    """Horovod's stall inspector set to end the job (``config.stall_timeout_s``): it warns after
-    ``HOROVOD_STALL_CHECK_TIME_SECONDS`` (half the timeout, at most Horovod's own 60 s) and shuts
-    Horovod down after ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``, naming the ranks that did not
-    submit a tensor the others wait for (horovod/common/stall_inspector.cc; Horovod's
-    "Troubleshooting" docs). Nothing when the check is off or the container's environment sets
-    either variable itself (the user's own settings win)."""
+    """Horovod's stall inspector set to warn within the job's stall timeout: every
+    ``HOROVOD_STALL_CHECK_TIME_SECONDS`` (a third of ``config.stall_timeout_s``, at most Horovod's
+    own 60 s) it names the ranks that did not submit a tensor the others wait for
+    (horovod/common/stall_inspector.cc; Horovod's "Troubleshooting" docs). Its warnings are not
+    progress (``report.horovod_stall_line``), so the job's own stall rule ends the job, with the
+    start-up grace Horovod's shutdown would not give a first step, and names those ranks beside
+    every rank's stack (``report.horovod_missing``). Nothing when the check is off or the
+    container's environment sets ``HOROVOD_STALL_CHECK_TIME_SECONDS`` or
+    ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`` itself (the user's own settings win)."""
     timeout_s = config.stall_timeout_s
     if not timeout_s or {HOROVOD_STALL_CHECK, HOROVOD_STALL_SHUTDOWN} & set(config.inherited_names):
         return {}
-    return {HOROVOD_STALL_CHECK: str(min(60, max(1, timeout_s // 2))), HOROVOD_STALL_SHUTDOWN: str(timeout_s)}
+    return {HOROVOD_STALL_CHECK: str(min(60, max(1, timeout_s // 3)))}
 
 
 def split_custom_mpi_options(options: str) -> tuple[list[str], dict[str, str]]:

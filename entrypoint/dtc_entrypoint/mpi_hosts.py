@@ -8,17 +8,20 @@ away before starting any, or while they run, instead of polling for a status fil
 minutes (sagemaker-contract.md c.1).
 """
 
+import io
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
+import tarfile
 import time
 from collections.abc import Callable
 
 import psutil
 
-from . import peers, rank_shim, report
+from . import peers, rank_shim, report, stack_dump
 from .errors import PeerError
 
 log = logging.getLogger(__name__)
@@ -173,3 +176,43 @@ def serve_as_worker(master_host: str, start_timeout_s: float, clock: Callable[[]
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def fetch_stacks(hosts: list[str], directory: str, wait_s: float = stack_dump.REQUEST_WAIT_S,
+                 poll_s: float = 1.0) -> list[str]:
+    """The stacks the ranks on the other ``hosts`` wrote into their own ``directory`` (the same
+    path on every host: ``plan.stacks_dir``) after the master's mpirun passed them ``SIGUSR2``,
+    copied over ssh (the channel mpirun itself uses: ``ssh HOST tar``) into
+    ``<directory>/<host>/``. A host whose files hold no dump yet is asked again every ``poll_s``
+    until ``wait_s`` has passed; a host ssh cannot reach gives none (logged). Returns the local
+    paths of the copies that hold a dump (``stack_dump.dumped``)."""
+    found: list[str] = []
+    deadline = time.monotonic() + wait_s
+    for host in hosts:
+        local = os.path.join(directory, host)
+        while True:
+            command = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", host,
+                       f"tar -C {shlex.quote(directory)} -cf - ."]
+            try:
+                done = subprocess.run(command, capture_output=True, timeout=20, stdin=subprocess.DEVNULL)
+            except subprocess.TimeoutExpired:
+                log.warning("cannot copy the stacks of host %s: ssh did not answer within 20 s", host)
+                break
+            if done.returncode != 0 or not done.stdout:
+                log.warning("cannot copy the stacks of host %s (ssh exit code %d): %s", host, done.returncode,
+                            done.stderr.decode(errors="replace").strip()[-300:])
+                break
+            shutil.rmtree(local, ignore_errors=True)
+            os.makedirs(local)
+            with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
+                for member in archive.getmembers():   # the registrations only, by their own names
+                    name = os.path.basename(member.name)
+                    if member.isfile() and name.startswith("pid") and name.endswith(".txt"):
+                        with open(os.path.join(local, name), "wb") as copy:
+                            copy.write(archive.extractfile(member).read())
+            dumps = stack_dump.dumped(local)
+            if dumps or time.monotonic() >= deadline:
+                found += dumps
+                break
+            time.sleep(poll_s)
+    return found

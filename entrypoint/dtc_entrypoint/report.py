@@ -180,31 +180,62 @@ def lost_peer(lines: Sequence[str], peers: Mapping[str, str]) -> str | None:
     return None
 
 
-# Horovod's stall inspector (horovod/common/stall_inspector.cc) past its shutdown time: "Missing
-# ranks:", a line per rank ("1!: [allreduce.grad.3]", "!" marking one stalled past the limit), then
+# Horovod's stall inspector (horovod/common/stall_inspector.cc): a warning ("... are waiting for
+# remainder of ranks for more than N seconds ..."), "Missing ranks:", a line per rank ("1:
+# [allreduce.grad.3]"; "1!: [...]" for one stalled past the shutdown time), and past that time
 # "One or more rank (marked by "!") is stalled for longer than N seconds. Will shutdown."
-_HOROVOD_STALLED_RANK = re.compile(r"^(\d+)!: \[(.*)\]\s*$")
+_HOROVOD_MISSING_RANK = re.compile(r"^(\d+)(!?): \[(.*)\]\s*$")
 _HOROVOD_SHUTDOWN = re.compile(r"is stalled for longer than (\d+) seconds\. Will shutdown")
+_HOROVOD_REPORT = re.compile(r"stall_inspector\.cc|waiting for remainder of ranks|^Missing ranks:|"
+                             rf"{_HOROVOD_SHUTDOWN.pattern}|{_HOROVOD_MISSING_RANK.pattern}")
+
+
+def horovod_stall_line(line: str) -> bool:
+    """Whether ``line`` (as mpirun tags it) is part of Horovod's stall inspector's report, which
+    it repeats while the job stalls: not progress (``supervise.StallRule.quiet``)."""
+    return bool(_HOROVOD_REPORT.search(_TAG.sub("", line).strip()))
+
+
+def _horovod_missing(text: Sequence[str], marked: bool) -> dict[int, str]:
+    """rank -> the tensors it did not submit, from the last report in ``text`` (untagged,
+    stripped); with ``marked``, only the ranks marked "!" (past the shutdown time)."""
+    starts = [i for i, line in enumerate(text) if line == "Missing ranks:"]
+    missing: dict[int, str] = {}
+    for line in text[starts[-1] + 1:] if starts else ():
+        match = _HOROVOD_MISSING_RANK.match(line)
+        if match is None:
+            break
+        if match.group(2) or not marked:
+            missing[int(match.group(1))] = match.group(3)
+    return missing
+
+
+def horovod_missing(lines: Sequence[str]) -> str | None:
+    """``Horovod's stall inspector: rank 1 did not submit allreduce.grad.3`` from its last report
+    in ``lines`` (mpirun's tags allowed), or ``None`` when there is none."""
+    missing = _horovod_missing([_TAG.sub("", line).strip() for line in lines], marked=False)
+    if not missing:
+        return None
+    return "Horovod's stall inspector: " + ", ".join(f"rank {rank} did not submit {tensors}"
+                                                      for rank, tensors in sorted(missing.items()))
 
 
 def horovod_stall(lines: Sequence[str]) -> str | None:
     """``stalled 600 s: rank 1 did not submit allreduce.grad.3, which the other ranks wait for
-    (...)`` when Horovod's stall inspector shut the job down (``plan.horovod_stall_env``), from
-    its report in the ranks' stderr (untagged); ``None`` otherwise."""
+    (...)`` when Horovod's stall inspector shut the job down (the job's environment set
+    ``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS``), from its report in the ranks' stderr (untagged);
+    ``None`` otherwise."""
     text = [line.strip() for line in lines]
     shutdown = next((match for line in text if (match := _HOROVOD_SHUTDOWN.search(line))), None)
     if shutdown is None:
         return None
-    stalled: dict[int, str] = {}
-    for line in text:
-        if match := _HOROVOD_STALLED_RANK.match(line):
-            stalled.setdefault(int(match.group(1)), match.group(2))
+    stalled = _horovod_missing(text, marked=True)
     if not stalled:
         return None
     ranks = ", ".join(f"rank {rank} did not submit {tensors}" for rank, tensors in sorted(stalled.items()))
     return (f"stalled {shutdown.group(1)} s: {ranks}, which the other ranks wait for (Horovod's stall inspector "
             "ended the job: a rank skipped a collective, called them in another order or with other names, or is "
-            "stuck elsewhere; sagemaker_stall_timeout_s sets the limit)")
+            "stuck elsewhere; HOROVOD_STALL_SHUTDOWN_TIME_SECONDS sets the limit)")
 
 
 def dead_rank(lines: Sequence[str]) -> str | None:

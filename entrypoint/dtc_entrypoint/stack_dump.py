@@ -10,7 +10,7 @@ alike). ``site`` runs its ``import`` line at every interpreter's
 start (docs.python.org ``site``), and it calls ``install`` only where ``$DTC_STACKS_DIR`` is set,
 which ``train`` sets for the processes it starts (``plan.job_env``; under MPI ``-x`` carries it to
 every host). ``install`` opens ``<DTC_STACKS_DIR>/pid<PID>.txt``, writes one header line (pid,
-host, rank, local rank, command line) and registers the handler on that file; a forked child
+host, rank, local rank, world size, command line) and registers the handler on that file; a forked child
 (a DataLoader worker) gets a file of its own. A program that replaces the handler with its own
 ``signal.signal(SIGUSR2, ...)`` keeps its own; a process that never ran the hook (``python -S``,
 a shell) is never sent the signal (``request`` reads ``SigCgt`` in ``/proc/PID/status`` first).
@@ -54,8 +54,9 @@ def install(forked: bool = False) -> None:
             argv = " ".join(sys.argv)
         rank = os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", ""))
         local_rank = os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", ""))
+        world_size = os.environ.get("WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", ""))
         new.write(f"{HEADER} pid={os.getpid()} host={os.environ.get('SM_CURRENT_HOST', '')} rank={rank} "
-                  f"local_rank={local_rank} "
+                  f"local_rank={local_rank} world_size={world_size} "
                   f"forked_from={os.getppid() if forked else ''} argv={' '.join(argv.split())[:500]}\n")
         new.flush()
         faulthandler.register(SIGNAL, file=new, all_threads=True, chain=False)

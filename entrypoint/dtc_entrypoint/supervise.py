@@ -79,8 +79,8 @@ class StallRule:
         timeout_s: seconds without progress (> 0).
         startup_grace_s: seconds added to the first ``timeout_s`` after the start.
         heartbeat_file: a file whose modification time counts as progress (``$DTC_HEARTBEAT_FILE``).
-        on_stall: called with the seconds without progress while the processes still run;
-            returns the failure's account (its first line the headline).
+        on_stall: called with the seconds without progress and the last lines of stderr while
+            the processes still run; returns the failure's account (its first line the headline).
         judges: whether this host's output is the job's progress. ``False`` on a torchrun host
             other than the master, whose ranks print nothing in a healthy job: it never calls a
             stall itself, and calls ``on_stall`` when the ``watch`` reports another host's stall
@@ -88,14 +88,20 @@ class StallRule:
         busy_cpu_s: CPU-seconds the command's processes (all of them, together) must use within
             ``BUSY_WINDOW_S`` to count as progress, so that a silent job that computes is not
             flagged; ``None``: output and heartbeat only (under MPI, whose waiting ranks spin).
+        ends_job: whether a stall ends the command; ``False``: ``on_stall``'s account is logged
+            and the command runs on, its next stall read after another ``timeout_s``.
+        quiet: says which lines of stderr are not progress (Horovod's stall inspector's
+            warnings, which repeat while the job stalls: ``report.horovod_stall_line``).
     """
 
     timeout_s: float
     startup_grace_s: float
     heartbeat_file: str
-    on_stall: Callable[[float], str]
+    on_stall: Callable[[float, Sequence[str]], str]
     judges: bool = True
     busy_cpu_s: float | None = None
+    ends_job: bool = True
+    quiet: Callable[[str], bool] | None = None
 
     def idle_s(self, last_output: float, now: float) -> float:
         """Seconds since the last progress: output at ``last_output`` (``time.monotonic``) or
@@ -108,25 +114,34 @@ class StallRule:
 
 
 class _Progress:
-    """The time (``time.monotonic``) of the command's last output, for ``StallRule``."""
+    """The time (``time.monotonic``) of the command's last output, for ``StallRule``; lines
+    ``quiet`` accepts do not count (``StallRule.quiet``)."""
 
-    def __init__(self):
+    def __init__(self, quiet: Callable[[str], bool] | None = None):
         self.last = time.monotonic()
+        self.quiet = quiet
 
     def seen(self) -> None:
         self.last = time.monotonic()
+
+    def lines(self, lines: Sequence[str]) -> None:
+        if any(self.quiet is None or not self.quiet(line) for line in lines):
+            self.seen()
 
 
 def _pump(stream, sink, tail: collections.deque | None, progress: _Progress) -> None:
     """Copies the child's stdout or stderr to ours as it arrives, partial lines included, so a
     progress bar that redraws itself with ``\r`` (tqdm) reaches the log at once rather than at
     the next newline; keeps the last lines (split at ``\n`` and ``\r``) in ``tail`` for the
-    failure report, if given; marks ``progress`` at each chunk. A sink that cannot be written
-    (a closed pipe) is dropped and the stream still drained, so the child never blocks on it."""
+    failure report, if given. ``progress``: each chunk is progress, or, with a ``tail``, each
+    complete line but those ``progress.quiet`` accepts (mpirun writes a line of Horovod's report
+    in pieces). A sink that cannot be written (a closed pipe) is dropped and the stream still
+    drained, so the child never blocks on it."""
     fd = stream.fileno()
     pending = b""
     while chunk := os.read(fd, 65536):
-        progress.seen()
+        if tail is None:
+            progress.seen()
         if sink is not None:
             try:
                 sink.write(chunk)
@@ -136,7 +151,9 @@ def _pump(stream, sink, tail: collections.deque | None, progress: _Progress) -> 
         if tail is None:
             continue
         *lines, pending = _LINE_END.split(pending + chunk)
-        tail.extend(line.decode("utf-8", "replace") for line in lines if line)
+        complete = [line.decode("utf-8", "replace") for line in lines if line]
+        tail.extend(complete)
+        progress.lines(complete)
     if pending and tail is not None:
         tail.append(pending.decode("utf-8", "replace"))
     stream.close()
@@ -173,19 +190,31 @@ class _CpuUse:
 
 
 def _watch_for_stall(rule: StallRule, progress: _Progress, started: float, pid: int, done: Callable[[], bool],
-                     poll_s: float = 1.0) -> float | None:
-    """Waits until the command is done (``None``) or stalled (returns the seconds without progress)."""
+                     tail: collections.deque, poll_s: float = 1.0) -> float | None:
+    """Waits until the command is done (``None``) or stalled (returns the seconds without
+    progress); with ``rule.ends_job`` false, logs each stall's account and watches on."""
     cpu = _CpuUse(pid)
-    last_busy = started
+    last_busy = float("-inf")   # no busy CPU seen yet: idle since the last output (or the start)
     while not done():
         now = time.monotonic()
-        if rule.busy_cpu_s is not None:
+        quiet_s = rule.idle_s(progress.last, now)
+        # the CPU is sampled only once output and heartbeat have been quiet for long enough that a
+        # full window of samples is ready at the timeout: a job that prints is never walked
+        if rule.busy_cpu_s is not None and quiet_s >= rule.timeout_s - BUSY_WINDOW_S - 2 * poll_s:
             cpu.sample(now)
             if cpu.used_s() >= rule.busy_cpu_s:
                 last_busy = now
-        idle_s = min(rule.idle_s(progress.last, now), now - last_busy)
+        elif rule.busy_cpu_s is not None:
+            cpu, last_busy = _CpuUse(pid), float("-inf")
+        idle_s = min(quiet_s, now - last_busy)
         if idle_s >= rule.timeout_s and now - started >= rule.timeout_s + rule.startup_grace_s:
-            return idle_s
+            if rule.ends_job:
+                return idle_s
+            log.error("%s", rule.on_stall(idle_s, tuple(tail)).rstrip("\n"))
+            log.error("the job runs on (it is not ended for a stall); its stacks are read again after another "
+                      "%.0f s without progress", rule.timeout_s)
+            progress.seen()
+            last_busy = time.monotonic()
         time.sleep(poll_s)
     return None
 
@@ -268,7 +297,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
         raise
     children.append(child)
     tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
-    progress = _Progress()
+    progress = _Progress(stall.quiet if stall is not None else None)
     pumps = [threading.Thread(target=_pump, args=(child.stdout, sys.stderr.buffer, tail, progress), daemon=True)]
     if not merge_stdout:
         pumps = [threading.Thread(target=_pump, args=(child.stdout, sys.stdout.buffer, None, progress), daemon=True),
@@ -287,7 +316,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
                 return
             peer_stall = STALLED.match(reason) if stall is not None else None
             if peer_stall and child.poll() is None and not stalled:   # this host's stacks, before the end
-                stalled.append(stall.on_stall(float(peer_stall.group(1))))
+                stalled.append(stall.on_stall(float(peer_stall.group(1)), tuple(tail)))
             lost.append(reason)          # names the lost host if the command fails (it may have already)
             if child.poll() is None:
                 log.error("%s: ending the training processes", reason)
@@ -297,12 +326,13 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
         watching.start()
     if stall is not None and stall.judges:
         def stall_watcher():
-            idle_s = _watch_for_stall(stall, progress, time.monotonic(), child.pid, lambda: child.poll() is not None)
+            idle_s = _watch_for_stall(stall, progress, time.monotonic(), child.pid, lambda: child.poll() is not None,
+                                      tail)
             if idle_s is None or received or lost:
                 return
             log.error("no output and no heartbeat from the training processes for %.0f s: reading their stacks",
                       idle_s)
-            stalled.append(stall.on_stall(idle_s))
+            stalled.append(stall.on_stall(idle_s, tuple(tail)))
             if child.poll() is None:
                 log.error("%s: ending the training processes", stalled[0].splitlines()[0])
                 _kill_group(child.pid)

@@ -327,36 +327,61 @@ def test_a_rank_killed_on_a_worker_host_ends_every_host_within_a_minute(case, tm
     assert not result["hosts"]["algo-1"]["model"] and not result["hosts"]["algo-2"]["model"]
 
 
-def test_a_rank_stuck_on_a_worker_host_under_torchrun_ends_every_host_naming_it(tmp_path):
-    """DTC_FAULT "rank=3 step=30 stall=3600": rank 3 (algo-2) sleeps in its step while the other
-    ranks wait for its gradients, all alive (issue #41). With a 20-s stall timeout (60 s of start-up
-    grace), the master, which judges the job's progress, reads its ranks' stacks and says so; algo-2
-    then reads its own: its failure names rank 3 in dtc_train.fault.stuck against rank 2 waiting in
-    a collective, in the trainer's own code; the master, whose ranks only wait, names algo-2's
-    account; every host exits 5 within a bounded time and keeps its ranks' stacks in
-    output/data/forensics/stacks."""
+def _stuck_rank_job(tmp_path, case: str):
+    """A two-host job of ``case`` whose rank 3 (algo-2) sleeps in step 30 (DTC_FAULT "stall=3600"),
+    every process alive, with a 20-s stall timeout and 60 s of start-up grace. Returns (seconds
+    from the later of the fault and the grace's end to the job's end, log, result.json's hosts)."""
     job_file = tmp_path / "job.json"
     job_file.write_text(json.dumps({"environment": {"DTC_FAULT": "rank=3 step=30 stall=3600",
                                                     "DTC_STALL_TIMEOUT_S": "20", "DTC_STALL_STARTUP_GRACE_S": "60"},
                                     "peer_grace_s": 90}))
     started = time.time()
-    done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file),
-                               *STRATEGIES["torchrun-ddp"].cluster_args(), "-p", "epochs=10", "-p",
-                               "progress-seconds=2", timeout_s=400)
+    done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file), *STRATEGIES[case].cluster_args(),
+                               "-p", "epochs=10", "-p", "progress-seconds=2", timeout_s=400)
     log = done.stdout + done.stderr
     [(stamp, stuck_rank, _)] = FAULT_LINE.findall(log)
     assert stuck_rank == "3"
-    assert time.time() - max(started + 80, datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()) < 20 + 60, \
-        log[-4000:]
-    hosts = result["hosts"]
+    took_s = time.time() - max(started + 80, datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return took_s, log, result["hosts"]
+
+
+def _kept_stacks(host: dict) -> list[str]:
+    return sorted(name.split("/")[-1].split("-pid")[0] for name in host["output"]
+                  if name.startswith("data/forensics/stacks/rank"))
+
+
+def test_a_rank_stuck_on_a_worker_host_under_torchrun_ends_every_host_naming_it(tmp_path):
+    """Rank 3 (algo-2) sleeps in its step while the other ranks wait for its gradients, all alive
+    (issue #41). The master, which judges the job's progress, reads its ranks' stacks and says so;
+    algo-2 then reads its own: its failure names rank 3 in dtc_train.fault.stuck against rank 2
+    waiting in a collective, in the trainer's own code; the master, whose ranks only wait, names
+    algo-2's account; every host exits 5 within a bounded time and keeps its ranks' stacks in
+    output/data/forensics/stacks."""
+    took_s, log, hosts = _stuck_rank_job(tmp_path, "torchrun-ddp")
+    assert took_s < 20 + 60, log[-4000:]
     assert {host: hosts[host]["exit_code"] for host in hosts} == {"algo-1": 5, "algo-2": 5}, log[-4000:]
     culprit = (r"stalled \d+ s: rank 3 on algo-2 is in fault\.py:\d+ \(stuck\) while rank 2 on algo-2 waits in "
                r"(all_reduce|backward) at \w+\.py:\d+ \(\w+\)")
     assert re.match(culprit, hosts["algo-2"]["failure"]), log[-4000:]
     assert re.match(rf"host algo-2 failed: {culprit}", hosts["algo-1"]["failure"]), log[-4000:]
-    for host, ranks in (("algo-1", ["rank0-algo-1", "rank1-algo-1"]), ("algo-2", ["rank2-algo-2", "rank3-algo-2"])):
-        stacks = [name for name in hosts[host]["output"] if name.startswith("data/forensics/stacks/")]
-        assert sorted(name.split("/")[-1].split("-pid")[0] for name in stacks if "/rank" in name) == ranks, stacks
+    assert _kept_stacks(hosts["algo-1"]) == ["rank0-algo-1", "rank1-algo-1"]
+    assert _kept_stacks(hosts["algo-2"]) == ["rank2-algo-2", "rank3-algo-2"]
+
+
+def test_a_rank_stuck_on_a_worker_host_under_mpi_is_named_with_every_hosts_stacks_gathered_on_the_master(tmp_path):
+    """The same stuck rank under mpirun (Horovod PyTorch, issue #41): the master's stall rule reads
+    every rank's stacks, its own through mpirun's SIGUSR2 and algo-2's copied over ssh, and ends the
+    job; Horovod's stall inspector, whose repeated warnings are not progress, adds the tensor rank 3
+    did not submit. The master's failure names rank 3 on algo-2 in dtc_train.fault.stuck while the
+    others wait, and keeps all four ranks' stacks; algo-2 fails too, within a bounded time."""
+    took_s, log, hosts = _stuck_rank_job(tmp_path, "mpi-pytorch")
+    assert took_s < 20 + 60, log[-4000:]
+    assert hosts["algo-1"]["exit_code"] == 5 and hosts["algo-2"]["exit_code"] != 0, log[-4000:]
+    assert re.match(r"stalled \d+ s: rank 3 on algo-2 is in fault\.py:\d+ \(stuck\) while ranks 0-2 on algo-1, "
+                    r"algo-2 wait in \w+ at \w+\.py:\d+ \(.*\); Horovod's stall inspector: rank 3 did not submit \S+ "
+                    r"\(no output",
+                    hosts["algo-1"]["failure"]), log[-4000:]
+    assert _kept_stacks(hosts["algo-1"]) == ["rank0-algo-1", "rank1-algo-1", "rank2-algo-2", "rank3-algo-2"]
 
 
 def test_a_host_fault_injected_at_a_step_ends_the_job_naming_the_host(tmp_path):

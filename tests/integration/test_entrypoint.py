@@ -1,5 +1,6 @@
 """`train` against /opt/ml trees with user scripts: argv fidelity, failures, exit codes, code fetching."""
 
+import os
 import re
 import shutil
 import tarfile
@@ -7,6 +8,7 @@ import time
 
 import pytest
 
+from dtc_entrypoint import forensics
 from helpers import AWKWARD, PROGRAMS, REPO, copy_programs, read_json, run_train
 
 pytestmark = pytest.mark.mpi
@@ -86,22 +88,55 @@ def test_a_rank_that_aborts_leaves_every_threads_python_stack_in_the_failure_fil
     assert stacks.index("Current thread") < aborting < stacks.index("Thread 0x") < waiting, result.failure
 
 
-def test_a_horovod_rank_that_skips_an_all_reduce_ends_the_job_at_the_stall_timeout_naming_it(make_job, source_dir):
-    """Horovod's stall inspector is on with the job's stall timeout (sagemaker_stall_timeout_s;
-    plan.horovod_stall_env): rank 1 never submits the all-reduce rank 0 waits in, so the job ends
-    soon after the timeout instead of hanging, and the failure's first line names the rank and the
-    tensor (issue #41)."""
-    copy_programs(source_dir, "horovod_stall.py")
-    root = make_job({"sagemaker_program": "horovod_stall.py", "sagemaker_submit_directory": str(source_dir),
+def _horovod_stall_job(make_job, source_dir, program: str):
+    copy_programs(source_dir, program)
+    root = make_job({"sagemaker_program": program, "sagemaker_submit_directory": str(source_dir),
                      "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2,
-                     "sagemaker_stall_timeout_s": 8})
+                     "sagemaker_stall_timeout_s": 8, "sagemaker_stall_startup_grace_s": 30})
     started = time.monotonic()
     result = run_train(root, timeout_s=180)
-    took_s = time.monotonic() - started
-    assert result.returncode not in (0, 124), result.output[-3000:]
-    assert result.failure.splitlines()[0].startswith(
-        "stalled 8 s: rank 1 did not submit allreduce.grad.skipped, which the other ranks wait for"), result.failure
-    assert took_s < 8 + 45, f"the job ended {took_s:.0f} s after it started"
+    return root, result, time.monotonic() - started
+
+
+def _kept_stacks(root) -> list[str]:
+    folder = root / "output" / "data" / "forensics" / "stacks"
+    return sorted(name.split("-pid")[0] for name in os.listdir(folder) if name.startswith("rank"))
+
+
+def test_a_horovod_rank_that_skips_an_all_reduce_ends_the_job_at_the_stall_timeout_naming_it(make_job, source_dir):
+    """Rank 1 never submits the all-reduce rank 0 waits in. Horovod's stall inspector warns every
+    third of the stall timeout (plan.horovod_stall_env), which is not progress: the job's stall
+    rule ends it soon after the timeout, exit 5, naming where each rank is (from their stacks)
+    and the tensor Horovod says rank 1 did not submit (issue #41)."""
+    root, result, took_s = _horovod_stall_job(make_job, source_dir, "horovod_stall.py")
+    assert result.returncode == 5, result.output[-3000:]
+    lines = (PROGRAMS / "horovod_stall.py").read_text().splitlines()
+    sleep = lines.index("    time.sleep(3600)") + 1
+    skipped = lines.index('    hvd.allreduce(torch.ones(4), name="grad.skipped")') + 1
+    assert re.fullmatch(
+        rf"stalled \d+ s: rank 1 on algo-1 is in horovod_stall\.py:{sleep} \(<module>\) while rank 0 on algo-1 waits "
+        rf"in allreduce at horovod_stall\.py:{skipped} \(<module>\); Horovod's stall inspector: rank 1 did not submit "
+        r"allreduce\.grad\.skipped \(no output and no heartbeat for \d+ s: sagemaker_stall_timeout_s=8; every "
+        rf"process's stacks in {root}/output/data/forensics/stacks\)", result.failure.splitlines()[0]), result.failure
+    assert _kept_stacks(root) == ["rank0-algo-1", "rank1-algo-1"]
+    assert took_s < 8 + 30 + 45, f"the job ended {took_s:.0f} s after it started"
+
+
+def test_horovod_tensorflow_ranks_all_reducing_under_different_names_end_at_the_stall_timeout(make_job, source_dir):
+    """Horovod TensorFlow, each rank all-reducing its own name: both ranks wait, each for the
+    other's tensor. The stacks say that every rank waits in a collective, at the same line of the
+    program, and Horovod's stall inspector names the tensor each did not submit; exit 5 soon
+    after the timeout (issue #41)."""
+    root, result, took_s = _horovod_stall_job(make_job, source_dir, "horovod_tf_names.py")
+    assert result.returncode == 5, result.output[-3000:]
+    line = (PROGRAMS / "horovod_tf_names.py").read_text().splitlines().index(
+        'all_reduce(tf.ones(4), f"grad_rank{hvd.rank()}")   # the names differ: never completes') + 1
+    first = result.failure.splitlines()[0]
+    assert re.match(rf"stalled \d+ s: ranks 0-1 on algo-1 wait in all_reduce at horovod_tf_names\.py:{line} "
+                    rf"\(<module>\){re.escape(forensics.EVERY_RANK_WAITS)}; Horovod's stall inspector: rank 0 did not "
+                    r"submit \S*grad_rank1\S*, rank 1 did not submit \S*grad_rank0\S* \(no output", first), first
+    assert _kept_stacks(root) == ["rank0-algo-1", "rank1-algo-1"]
+    assert took_s < 8 + 30 + 60, f"the job ended {took_s:.0f} s after it started"
 
 
 @pytest.mark.parametrize("options, first", [

@@ -125,3 +125,19 @@ def test_a_program_that_touches_the_heartbeat_file_is_not_flagged(make_job, sour
                      "sagemaker_stall_timeout_s": TIMEOUT_S, "sagemaker_stall_startup_grace_s": 0})
     result, _ = _run(root)
     assert result.returncode == 0 and result.succeeded, result.output[-3000:]
+
+
+def test_with_the_dump_action_a_stalled_job_keeps_its_stacks_and_runs_on(make_job, source_dir):
+    """sagemaker_stall_action=dump: a first step silent past the timeout and the grace is read
+    (stacks kept, the account logged), not ended; the job then goes on and succeeds."""
+    root = _stalled_job(make_job, source_dir, "slow-start", grace_s=0, sagemaker_stall_action="dump",
+                        **{"first-step-s": 3 * TIMEOUT_S, "steps": 2})
+    result, _ = _run(root)
+    assert result.returncode == 0 and result.succeeded, result.output[-3000:]
+    assert "step 2 of 2" in result.output
+    sleeping = _line("    time.sleep(args.first_step_s)")
+    assert re.search(rf"\[dtc\] ERROR stalled \d+ s: process \d+ is in stall\.py:{sleeping} \(<module>\) ",
+                     result.output), result.output[-3000:]
+    assert "the job runs on (it is not ended for a stall)" in result.output
+    stacks = _stacks(root)
+    assert len(stacks) == 1 and f"stall.py\", line {sleeping} in <module>" in next(iter(stacks.values())), stacks

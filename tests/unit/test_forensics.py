@@ -27,8 +27,8 @@ def _dump(path, header: str, depth: int = 0, times: int = 1) -> None:
 
 
 def _header(pid: int, rank: str, host: str = "algo-1", forked_from: str = "", argv: str = "python train.py") -> str:
-    return (f"{stack_dump.HEADER} pid={pid} host={host} rank={rank} local_rank={rank} forked_from={forked_from} "
-            f"argv={argv}")
+    return (f"{stack_dump.HEADER} pid={pid} host={host} rank={rank} local_rank={rank} world_size=4 "
+            f"forked_from={forked_from} argv={argv}")
 
 
 def test_parse_reads_the_main_thread_of_the_last_dump(tmp_path):
@@ -40,7 +40,8 @@ def test_parse_reads_the_main_thread_of_the_last_dump(tmp_path):
     finally:
         stop.set()
     dump = forensics.parse(str(tmp_path / "pid7.txt"))
-    assert (dump.pid, dump.host, dump.rank, dump.local_rank, dump.argv) == (7, "algo-1", 3, 3, "python train.py")
+    assert (dump.pid, dump.host, dump.rank, dump.local_rank, dump.world_size, dump.argv) == (
+        7, "algo-1", 3, 3, 4, "python train.py")
     assert dump.threads >= 2   # this one, the helper (and pytest's own, if any)
     names = [frame.function for frame in dump.main]
     assert names[:4] == ["nested", "nested", "nested", "_dump"], names   # innermost first, one dump's frames
@@ -57,8 +58,8 @@ def test_a_registration_without_a_dump_and_a_forked_child_are_told_apart(tmp_pat
     assert forensics.parse(str(tmp_path / "pid10.txt")).rank is None   # MPI's shim around rank 1
 
 
-def _stacks(rank, frames, host="algo-1"):
-    return forensics.Stacks(100 + rank, host, rank, rank, "python train.py",
+def _stacks(rank, frames, host="algo-1", world_size=4):
+    return forensics.Stacks(100 + rank, host, rank, rank, world_size, "python train.py",
                             tuple(forensics.Frame(*frame) for frame in frames), 1, "")
 
 
@@ -78,6 +79,10 @@ def test_the_ranks_outside_a_collective_are_named_first_with_their_line():
     assert forensics.where_ranks_are(dumps[:2]) == (
         "ranks 0-1 on algo-1 wait in all_reduce at train.py:47 (step): the rank they wait for is not on this host")
     assert forensics.where_ranks_are([]) == "no process wrote its stacks"
+    mismatched = [_stacks(rank, waiting, world_size=2) for rank in (0, 1)]
+    assert forensics.where_ranks_are(mismatched) == (
+        "ranks 0-1 on algo-1 wait in all_reduce at train.py:47 (step): every rank waits in a collective (they called "
+        "different ones, or in another order, or with other names)")
 
 
 def test_a_compiled_collective_is_read_from_the_programs_line(tmp_path):

@@ -144,7 +144,7 @@ def test_a_warm_pool_cache_gives_every_process_its_cache_directories_unless_the_
             assert all(plan.argv[plan.argv.index(name) - 1] == "-x" for name in caches)
 
 
-def test_mpi_plans_turn_horovods_stall_inspector_into_the_jobs_stall_timeout():
+def test_mpi_plans_have_horovods_stall_inspector_warn_within_the_jobs_stall_timeout():
     def timeout(framework, environ):
         return job_config.seconds_setting(framework, environ, job_config.STALL_TIMEOUT,
                                           job_config.STALL_TIMEOUT_VARIABLE, job_config.DEFAULT_STALL_TIMEOUT_S)
@@ -162,13 +162,20 @@ def test_mpi_plans_turn_horovods_stall_inspector_into_the_jobs_stall_timeout():
                                    job_config.STALL_STARTUP_GRACE_VARIABLE, 600)
 
     mpi = MpiConfig(enabled=True, processes_per_host=2)
-    env = launch.build(job(mpi=mpi, stall_timeout_s=600), SCRIPT).env
-    assert (env["HOROVOD_STALL_CHECK_TIME_SECONDS"], env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"]) == ("60", "600")
-    env = launch.build(job(mpi=mpi, stall_timeout_s=8), SCRIPT).env
-    assert (env["HOROVOD_STALL_CHECK_TIME_SECONDS"], env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"]) == ("4", "8")
+    env = launch.build(job(mpi=mpi, stall_timeout_s=600), SCRIPT).env   # warnings only: train's rule ends it
+    assert env["HOROVOD_STALL_CHECK_TIME_SECONDS"] == "60" and "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS" not in env
+    assert launch.build(job(mpi=mpi, stall_timeout_s=8), SCRIPT).env["HOROVOD_STALL_CHECK_TIME_SECONDS"] == "2"
     off = launch.build(job(mpi=mpi, stall_timeout_s=0), SCRIPT).env
     own = launch.build(job(mpi=mpi, inherited_names=("PATH", "HOROVOD_STALL_CHECK_TIME_SECONDS")), SCRIPT).env
     assert not {k for k in {**off, **own} if k.startswith("HOROVOD_STALL")}   # off, or the user's own settings
+
+
+def test_stall_action_is_end_unless_dump_is_asked_for_and_bad_values_are_named():
+    assert job_config.stall_action({}, {}) == "end"
+    assert job_config.stall_action({"sagemaker_stall_action": "Dump"}, {"DTC_STALL_ACTION": "end"}) == "dump"
+    with pytest.raises(ConfigError, match=r"^environment variable DTC_STALL_ACTION='keep' is not a stall action: "
+                                          r"use one of end, dump$"):
+        job_config.stall_action({}, {"DTC_STALL_ACTION": "keep"})
 
 
 def test_every_launcher_gives_its_processes_the_forensics_locations_and_mpirun_forwards_them():

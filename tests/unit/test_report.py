@@ -266,3 +266,8 @@ def test_horovods_stall_shutdown_names_the_rank_and_tensor_before_the_shutdown_e
     assert first.startswith("stalled 8 s: rank 1 did not submit allreduce.grad.skipped, which the other ranks wait "
                             "for (Horovod's stall inspector ended the job"), first
     assert report.horovod_stall([line for line in tail if "Will shutdown" not in line]) is None   # a warning only
+    # the report is not progress, and train's own stall account names the ranks it lists last
+    assert [report.horovod_stall_line(line) for line in tail] == [True] * 7 + [False] * 3
+    assert report.horovod_missing(tail[:3]) == "Horovod's stall inspector: rank 1 did not submit allreduce.grad.skipped"
+    assert report.horovod_missing(tail[7:]) is None
+    assert not report.horovod_stall_line("[1,0]<stdout>:epoch=1/2 loss=0.5")
