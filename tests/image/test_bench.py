@@ -37,16 +37,17 @@ def test_quick_bench_writes_results_records_and_plots(tmp_path):
     assert {r["variant"] for r in records if r["benchmark"] == "A5"} == {
         "ours-single", "bare-single", "ours-mpi", "bare-mpi", "ours-torchrun", "bare-torchrun"}
     assert all(r["time_s"] > 0 for r in records if r["benchmark"] in ("A2", "A4", "A5"))
-    # A8: the trainers (no distribution; Horovod and DDP on 1 rank) and the bare loop, alone and in
-    # DDP, each measured over epoch 2 of the digits job
+    # A8: the trainers (no distribution, with and without the stall rule; Horovod and DDP on 1 rank)
+    # and the bare loop, alone and in DDP, each measured over epoch 2 of the digits job
     a8 = {(r["variant"], r["case"]): r["images_per_s"] for r in records if r["benchmark"] == "A8"}
-    assert set(a8) == {(variant, "digits-cnn") for variant in
-                       ("trainer", "horovod-1-rank", "ddp-1-rank", "bare-loop", "bare-loop-ddp")}
+    assert set(a8) == {(variant, "digits-cnn") for variant in ("trainer", "trainer-no-stall-rule", "horovod-1-rank",
+                                                               "ddp-1-rank", "bare-loop", "bare-loop-ddp")}
     assert all(v > 0 for v in a8.values()), a8
     measurements = {r["measurement"] for r in results["ratios"]}
     assert "Horovod step, Gloo (TCP): fusion off / fusion on (speed-up)" in measurements
     assert "train -> first line, single: seconds the preflight (quick, one CPU host) adds" in measurements
     assert "built-in trainer / bare loop, training images/s, digits-cnn, 1 process" in measurements
+    assert "built-in trainer with / without the stall rule, training images/s, digits-cnn" in measurements
     assert "DDP trainer on 1 rank / bare loop, training images/s, digits-cnn" in measurements
     assert "DDP trainer on 1 rank / bare loop in DDP, training images/s, digits-cnn" in measurements
     a7 = results["a7_model"]

@@ -37,7 +37,7 @@ def test_a8_compares_the_trainers_median_images_per_s_with_the_bare_loops_per_ca
     rows = [("trainer", "shufflenet", [96.0, 98.0, 97.0]), ("bare-loop", "shufflenet", [101.0, 99.0, 100.0]),
             ("trainer", "digits-cnn", [800.0]), ("bare-loop", "digits-cnn", [1000.0]),
             ("horovod-1-rank", "digits-cnn", [700.0]), ("ddp-1-rank", "digits-cnn", [600.0]),
-            ("bare-loop-ddp", "digits-cnn", [750.0])]
+            ("bare-loop-ddp", "digits-cnn", [750.0]), ("trainer-no-stall-rule", "digits-cnn", [820.0])]
     records = [{"benchmark": "A8", "variant": variant, "case": case, "repeat": repeat, "images_per_s": value}
                for variant, case, values in rows for repeat, value in enumerate(values)]
     summaries, ratios = run.analyse(records)
@@ -46,6 +46,8 @@ def test_a8_compares_the_trainers_median_images_per_s_with_the_bare_loops_per_ca
     assert a8 == {
         "built-in trainer / bare loop, training images/s, digits-cnn, 1 process": (pytest.approx(0.8), 0.97, False),
         "built-in trainer / bare loop, training images/s, shufflenet, 1 process": (pytest.approx(0.97), 0.97, True),
+        "built-in trainer with / without the stall rule, training images/s, digits-cnn": (
+            pytest.approx(800 / 820), None, None),
         "Horovod trainer on 1 rank / bare loop, training images/s, digits-cnn": (pytest.approx(0.7), None, None),
         "DDP trainer on 1 rank / bare loop, training images/s, digits-cnn": (pytest.approx(0.6), None, None),
         "bare loop in DDP (group of 1) / bare loop, training images/s, digits-cnn": (pytest.approx(0.75), None, None),
