@@ -9,8 +9,9 @@ group, so every local process sees them; under MPI they go to each local rank's 
 instead of mpirun, which would kill the ranks a second later. The toolkit forwards nothing
 (toolkit #125). What is still alive ``kill_after_s`` after the first signal is killed.
 
-A ``StallRule`` ends a command that shows no progress: no byte of output (stdout or stderr, any
-process), no touch of the heartbeat file and (where the rule says) no busy CPU for
+A ``StallRule`` ends a command that shows no progress: no output (a byte on stdout, a complete
+line on stderr other than those the rule calls quiet, from any process), no touch of the
+heartbeat file and (where the rule says) no busy CPU for
 ``timeout_s``, once ``timeout_s`` plus ``startup_grace_s`` have passed since the start (a first
 step compiling, data downloading); its ``on_stall`` names where the processes are before they
 are killed, also on a host that does not judge (``StallRule.judges``) when another host reports
