@@ -363,8 +363,10 @@ def across_hosts(args, summary: dict, sizes: dict) -> dict:
 
 
 def collectives(args, rank: int, hosts: list[str], store, summary: dict, sizes: dict, result: dict) -> None:
-    """The job-wide all-reduce (exact values, timed), the master's exchange with each host in turn,
-    and the straggler check; adds their figures and findings to ``result``."""
+    """The job-wide all-reduce (exact values, timed; the time is the slowest rank's, all-reduced
+    with MAX, so every host records the same figures), the master's exchange with each host in
+    turn (timed on the master, shared through the store), and the straggler check; adds their
+    figures and findings to ``result``."""
     import torch  # noqa: PLC0415  # the probe's own process
     import torch.distributed as dist  # noqa: PLC0415
 
@@ -391,7 +393,12 @@ def collectives(args, rank: int, hosts: list[str], store, summary: dict, sizes: 
         for _ in range(sizes["iterations"]):
             dist.all_reduce(zeros)
         synchronize()
-        seconds = (time.perf_counter() - start) / sizes["iterations"]
+        # one figure for the job, the same in every host's record: the slowest rank's time per
+        # all-reduce (the collective is done when its last rank is)
+        seconds = torch.tensor([(time.perf_counter() - start) / sizes["iterations"]], dtype=torch.float64,
+                               device=device)
+        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+        seconds = float(seconds.item())
         finding, result["allreduce"] = checks.allreduce_finding("hosts", len(hosts), exact, sizes["hosts_mb"], seconds)
         result["findings"].append(finding)
         links = {}
