@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-LOAD_FLAG_THRESHOLD = 0.5   # 1-minute load average above which a run is flagged (perf-and-style.md 1.8)
+LOAD_FLAG_THRESHOLD = 0.5   # 1-minute load average above which a run is flagged (not refused)
 BUSY_FLAG_THRESHOLD = 0.10  # fraction of all CPUs busy, measured over a few seconds, for "not idle"
 
 

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Sourced by scripts/build-image.sh, scripts/container.sh, scripts/setup-host.sh and make cluster:
 # points podman and buildah at a containers.conf with the settings this project's CI machines
-# need (runc, and ulimits within the machine's hard limits; image-feasibility.md section 2) and
+# need (runc, and ulimits within the machine's hard limits) and
 # the network backend setup installs (CNI; the local cluster needs no DNS plugin). Written under
 # build/ on every use, so a changed setting reaches machines that had an older file.
 CONTAINERS_CONF="${CONTAINERS_CONF:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/containers.conf}"

@@ -3,7 +3,8 @@
 
 * B1: ResNet-50 v1.5 training throughput, synthetic input, mixed precision (bf16 autocast),
   channels-last, SGD, batch 256 per GPU: images/s over timed steps (CUDA events) after warm-up.
-  Anchor: NVIDIA DeepLearningExamples, A100-80GB AMP 2470 images/s (perf-and-style.md 1.4).
+  Anchor: NVIDIA DeepLearningExamples, A100-80GB AMP 2470 images/s (NVIDIA/DeepLearningExamples,
+  PyTorch/Classification/ConvNets/resnet50v1.5/README.md).
 * B2: the same training fed real JPEGs (500 x 375, quality 90, generated here) through our DALI
   pipeline (GPU decode, random-resized crop 224, normalise) against a PyTorch DataLoader with PIL
   decode and the same augmentation on CPU workers. Target: DALI >= 0.95 x B1.

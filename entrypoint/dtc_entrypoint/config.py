@@ -1,6 +1,7 @@
 """The job's configuration, parsed once from the SageMaker contract into a frozen object.
 
-Sources, in the toolkit's order of precedence (sagemaker-contract.md a.3-a.5):
+Sources, in the toolkit's order of precedence (aws/sagemaker-training-toolkit, ``environment.py``
+and ``params.py``):
 ``<base>/input/config/{resourceconfig,inputdataconfig,hyperparameters}.json`` read through
 sagemaker-training's ``Environment`` (``<base>`` is ``$SAGEMAKER_BASE_DIR`` or ``/opt/ml``),
 ``SAGEMAKER_PROGRAM`` over the ``sagemaker_program`` hyperparameter, and the ``sagemaker_*``
@@ -101,7 +102,8 @@ class JobConfig:
             of ``sagemaker_distribution_instance_groups``), natural order.
         master_host: ``distribution_hosts[0]``. Every host applies this same rule, whatever
             order ``instance_groups[].hosts`` lists them in (the toolkit takes that unsorted
-            list's first entry; sagemaker-contract.md TL;DR 4).
+            list's first entry: ``Environment``'s master host name in the toolkit's
+            ``environment.py``).
         network_interface: resourceconfig ``network_interface_name`` (default ``eth0``).
         num_gpus / num_cpus: as sagemaker-training counts them (``nvidia-smi``, ``os.cpu_count``).
         program: ``SAGEMAKER_PROGRAM`` or ``sagemaker_program``; ``builtin:<name>`` names a

@@ -1,7 +1,7 @@
 """Hyperparameter values as the SageMaker Python SDK writes them, and the argv they become.
 
 ``hyperparameters.json`` maps every key to a string. Who wrote it decides what the string holds
-(sagemaker-contract.md a.3):
+(aws/sagemaker-python-sdk v2, ``estimator.py``; the toolkit's ``mapping.py`` reads it):
 
 * SDK v2 ``Framework`` estimators (and ``Estimator`` with ``source_dir``) JSON-encode every value:
   ``"a b"`` -> ``"\\"a b\\""``, ``True`` -> ``"true"``, ``[1, 2]`` -> ``"[1, 2]"``.

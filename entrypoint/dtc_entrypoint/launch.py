@@ -39,7 +39,7 @@ _PLANS = {
 def build(config: JobConfig, program: Program) -> LaunchPlan:
     """The plan for this host. A strategy applies only on hosts of the distribution groups;
     the other hosts of a heterogeneous cluster run the program alone, as sagemaker-training's
-    ``trainer.train`` does (sagemaker-contract.md b)."""
+    ``trainer.train`` does (aws/sagemaker-training-toolkit, ``trainer.py``)."""
     if config.strategy != strategies.SINGLE and config.is_distributed_host:
         return _PLANS[config.strategy](config, program)
     return single_process_plan(config, program)

@@ -77,11 +77,11 @@ def mpi_plan(config: JobConfig, program: Program) -> LaunchPlan:
     """``mpirun`` across ``config.distribution_hosts`` on the master; ``mpi-worker`` elsewhere.
 
     The command mirrors sagemaker-training's ``mpi.MasterRunner._create_command``
-    (sagemaker-contract.md c.1) with these differences: one host runs as ``localhost`` (no ssh,
-    no name resolution); the master's host-specific ``SM_*`` variables are not forwarded, and on
-    several hosts each rank loads its own host's (``host_identity``; toolkit #158); the user's
-    custom options replace our defaults instead of being appended after them (#70); and the
-    argv is never joined into a shell string (#128).
+    (aws/sagemaker-training-toolkit, ``src/sagemaker_training/mpi.py``) with these differences: one
+    host runs as ``localhost`` (no ssh, no name resolution); the master's host-specific ``SM_*``
+    variables are not forwarded, and on several hosts each rank loads its own host's
+    (``host_identity``; toolkit #158); the user's custom options replace our defaults instead of
+    being appended after them (#70); and the argv is never joined into a shell string (#128).
     """
     hosts = config.distribution_hosts
     per_host = config.processes_per_host

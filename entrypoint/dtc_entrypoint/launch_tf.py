@@ -2,7 +2,8 @@
 
 ``TF_CONFIG`` is written with plain ``json.dumps`` and ``"environment": "cloud"``, as the
 TensorFlow toolkit's ``_build_tf_config_for_mwms`` / ``_build_tf_config_for_ps`` do
-(sagemaker-contract.md c.4); host lists follow the one master rule every host applies.
+(aws/sagemaker-tensorflow-training-toolkit, ``src/sagemaker_tensorflow_container/training.py``);
+host lists follow the one master rule every host applies.
 """
 
 import json

@@ -13,12 +13,12 @@ def torchrun_plan(config: JobConfig, program: Program) -> LaunchPlan:
     """``torchrun`` (``python -m torch.distributed.run``) on every host of the job.
 
     Mirrors sagemaker-training's ``TorchDistributedRunner._create_command``
-    (sagemaker-contract.md c.3): ``--nnodes <hosts> --nproc_per_node <processes per host>
-    --master_addr <master> --master_port <port> --node_rank <host index>``, static rendezvous, no
-    ssh. Differences: node ranks follow the one master rule every host applies (not the unsorted
-    ``instance_groups`` order); the master flags are kept on one host (loopback address), so the
-    port setting always applies; ``NCCL_PROTO=simple`` is not forced; Python modules and
-    executables are accepted (``-m``, ``--no-python``), not only ``.py`` files.
+    (aws/sagemaker-training-toolkit, ``torch_distributed.py``): ``--nnodes <hosts> --nproc_per_node
+    <processes per host> --master_addr <master> --master_port <port> --node_rank <host index>``,
+    static rendezvous, no ssh. Differences: node ranks follow the one master rule every host applies
+    (not the unsorted ``instance_groups`` order); the master flags are kept on one host (loopback
+    address), so the port setting always applies; ``NCCL_PROTO=simple`` is not forced; Python
+    modules and executables are accepted (``-m``, ``--no-python``), not only ``.py`` files.
     """
     hosts = config.distribution_hosts
     per_host = config.processes_per_host

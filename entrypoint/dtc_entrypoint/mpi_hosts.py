@@ -5,7 +5,7 @@ other hosts over ssh (port 22) and starts ORTE's ``orted`` there; a worker host 
 runs sshd and waits, the way sagemaker-training's ``mpi.WorkerRunner`` does, but with bounded
 waits: it leaves when its ``orted`` processes have ended, or when the master's sshd has gone
 away before starting any, or while they run, instead of polling for a status file for 20
-minutes (sagemaker-contract.md c.1).
+minutes (aws/sagemaker-training-toolkit, ``mpi.py``).
 """
 
 import io

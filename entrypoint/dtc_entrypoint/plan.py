@@ -166,7 +166,8 @@ def master_env(config: JobConfig) -> dict[str, str]:
 
 def network_env(config: JobConfig) -> dict[str, str]:
     """Pins NCCL and Gloo to the job's interface when several hosts take part (as the toolkit
-    does for NCCL; sagemaker-contract.md c.1, c.3)."""
+    does for NCCL; aws/sagemaker-training-toolkit, ``mpi.py`` and
+    ``torch_distributed.py``)."""
     if len(config.distribution_hosts) < 2:
         return {}
     iface = config.network_interface

@@ -1,8 +1,8 @@
 """Which distribution strategy a job asked for, and the ports its launchers use.
 
 The SageMaker Python SDK v2 turns an estimator's ``distribution=`` into ``sagemaker_*``
-hyperparameters (sagemaker-contract.md a.5). This image runs four strategies; the flags of
-libraries it does not ship fail with the name of what to use instead. The stock toolkits let one
+hyperparameters (aws/sagemaker-python-sdk v2, ``fw_utils.py``). This image runs four strategies;
+the flags of libraries it does not ship fail with the name of what to use instead. The stock toolkits let one
 flag silently win over another (PyTorch toolkit: mpi, then pytorchddp, then torch_distributed;
 TensorFlow toolkit: parameter server, then mpi); here two strategy flags are an error.
 """
@@ -44,7 +44,8 @@ MODEL_PARALLEL_MESSAGE = (
     "SageMaker model parallel (smdistributed.modelparallel, hyperparameter mp_parameters) is not in "
     "this image: remove it from distribution= and " + _INSTEAD + ", or use an AWS SMP image")
 
-# Toolkit-compatible default ports (sagemaker-contract.md a.9), each overridable by a variable.
+# Toolkit-compatible default ports (aws/sagemaker-training-toolkit ``mpi.py``, ``torch_distributed.py``;
+# aws/sagemaker-tensorflow-training-toolkit ``training.py``), each overridable by a variable.
 PORT_VARIABLES = {
     "torch_master": ("DTC_TORCH_MASTER_PORT", 7777),     # torchrun --master_port
     "tf_worker": ("DTC_TF_WORKER_PORT", 8890),           # MultiWorkerMirroredStrategy workers

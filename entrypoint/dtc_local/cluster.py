@@ -11,9 +11,9 @@ What it does, in order:
    ``/etc/hosts`` entry for every other host, so the hosts find each other by name without a
    DNS plugin (podman's CNI backend resolves no names on an ``--internal`` network): with
    Docker, ``docker compose up`` on that file (no ``--abort-on-container-exit``: SDK local
-   mode's flag stops every host when the first one exits, sagemaker-contract.md e.2); with
-   podman, an ``--internal`` network with ``--subnet`` and one ``podman run --ip --add-host``
-   per host;
+   mode's flag stops every host when the first one exits, aws/sagemaker-python-sdk v2
+   ``local/image.py``); with podman, an ``--internal`` network with ``--subnet`` and one
+   ``podman run --ip --add-host`` per host;
 3. streams every host's output with a ``[algo-N]`` prefix (MPI lines also carry mpirun's rank
    tags, trainer lines ``[rank N]``);
 4. once a host has failed, gives the others ``peer_grace_s`` to notice and exit on their own,
@@ -169,8 +169,8 @@ def container_env(job: ClusterJob, host: str | None = None, environ: Mapping[str
 
 
 def distribution_hyperparameters(job: ClusterJob) -> dict[str, object]:
-    """The ``sagemaker_*`` keys SDK v2 writes for ``job.distribution`` (sagemaker-contract.md
-    a.5 and e.2), plus the processes per host."""
+    """The ``sagemaker_*`` keys SDK v2 writes for ``job.distribution`` (aws/sagemaker-python-sdk
+    v2, ``fw_utils.py`` and ``local/image.py``), plus the processes per host."""
     flags = {
         "none": {},
         "mpi": {"sagemaker_mpi_enabled": True, "sagemaker_mpi_custom_mpi_options": ""},

@@ -1,6 +1,7 @@
 """Writes an ``/opt/ml`` tree the way the SageMaker service and the Python SDK write one.
 
-Files (sagemaker-contract.md a.2-a.3):
+Files (the SageMaker Developer Guide's "How Amazon SageMaker Runs Your Training Image"
+and "How Amazon SageMaker Provides Training Information"; the toolkit's ``environment.py``):
 
 * ``input/config/resourceconfig.json``: the service's shape, with ``instance_groups`` whose
   ``hosts`` list starts with the current host (as observed on the real service), or the SDK

@@ -1,7 +1,8 @@
 """System metrics sampled through a job on the reporting rank's host (#19 item 5): CPU
 utilization, host memory, network throughput and, where ``nvidia-smi`` runs, each GPU's
 utilization and memory. SageMaker Debugger's profiler, which users relied on for these, is closed
-to new customers and ends in 2027 (../shared/reference/anchors-2026.md).
+to new customers and ends in 2027 (SageMaker Developer Guide, "Amazon SageMaker Debugger"
+availability and "Profiler availability change").
 
 ``SystemSampler`` runs a daemon thread that takes a ``Sample`` every ``interval_s`` seconds and a
 last one when it stops; ``dtc_train.observe.Observer`` writes them as TensorBoard scalars
