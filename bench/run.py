@@ -5,7 +5,7 @@ load, pinning, versions, every repeat, medians and IQRs, ratios against the base
 in the same run, targets), ``records.jsonl`` (raw), PNG plots, and prints the ratio table.
 ``build/bench/latest`` points at the newest run.
 
-``--quick`` (``make bench QUICK=1``): A1, A2, A4, A5 and A8 at tiny sizes and one or two repeats
+``--quick`` (``make bench QUICK=1``): A1, A2, A4, A5 and A8 at tiny sizes and one repeat
 (A8: the digits case over 2 epochs), no A3 or A6: checks the harness in a few minutes; its
 numbers mean nothing.
 

@@ -162,7 +162,7 @@ def main(argv=None) -> None:
             elif benchmark == "A3":
                 run_scaling(repeats, 2 if args.quick else 4, records, work)
             elif benchmark == "A4":
-                run_timed_cases("A4", launch_overhead.dispatch_cases(work), 2 if args.quick else 10, records, work)
+                run_timed_cases("A4", launch_overhead.dispatch_cases(work), 1 if args.quick else 10, records, work)
             elif benchmark == "A5":
                 run_timed_cases("A5", launch_overhead.distributed_start_cases(work), repeats, records, work)
             elif benchmark == "A8":
