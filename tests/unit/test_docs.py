@@ -89,3 +89,11 @@ def test_every_markdown_file_named_in_docs_and_code_is_in_the_repository():
     missing = sorted({(str(p.relative_to(REPO)), found) for p in texts for found in MARKDOWN_NAME.findall(p.read_text())
                       if found not in in_repo and found not in NAMED_ELSEWHERE})
     assert not missing, f"files named that are not in the repository (cite the public source instead): {missing}"
+
+
+def test_every_variable_make_reads_is_in_the_environment_reference():
+    """Each ``NAME ?= default`` of the Makefile has a row in docs/environment.md, as README says."""
+    read = re.findall(r"^([A-Z][A-Z0-9_]*) \?=", (REPO / "Makefile").read_text(), re.MULTILINE)
+    documented = (REPO / "docs" / "environment.md").read_text()
+    missing = [name for name in read if f"`{name}`" not in documented]
+    assert read and not missing, f"Makefile variables docs/environment.md lacks: {missing}"
