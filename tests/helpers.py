@@ -141,7 +141,8 @@ STRATEGIES = {
         killed_rank=3, killed_rank_failure="host algo-2 failed: rank 3 on host algo-2 was killed by SIGKILL"),
     "multi-worker-mirrored": Strategy(
         "multi_worker_mirrored_strategy", "tensorflow", 1, 2, 8, "host algo-1 stopped answering: TensorFlow",
-        killed_rank=1, killed_rank_failure="host algo-2 stopped answering: TensorFlow"),
+        # TensorFlow on the master sees the worker go; algo-2's train says why (peers.Presence)
+        killed_rank=1, killed_rank_failure="host algo-2 failed: builtin:tensorflow was killed by SIGKILL"),
     "parameter-server": Strategy(
         "parameter_server", "tensorflow", 1, 1, 6,
         "host algo-1 stopped answering: its parameter server (algo-1:2223) closed"),

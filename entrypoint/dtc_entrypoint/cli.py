@@ -56,8 +56,8 @@ log = logging.getLogger("dtc")
 # Under torchrun, how long a host whose peer's train has closed waits for its own training to end
 # before it counts the peer as lost (DTC_PEER_END_GRACE_S; _peer_watch).
 PEER_END_GRACE_S = 20.0
-# Under torchrun, how long a host whose training failed answers the others' watch with its failure
-# line (peers.Presence.fail; they poll every 2 s), and how long a host whose own account is only
+# With a presence (PRESENCE_STRATEGIES), how long a host whose training failed answers the others'
+# watch with its failure line (peers.Presence.fail; they poll every 2 s), and how long a host whose own account is only
 # "host X stopped answering" waits for host X's line (DTC_PEER_NOTICE_WAIT_S).
 PRESENCE_LINGER_S = 6.0
 PEER_NOTICE_WAIT_S = 15.0
@@ -125,6 +125,16 @@ def _peer_names(plan: launch.LaunchPlan, addresses: dict[str, str]) -> dict[str,
     return names
 
 
+# Strategies under which every host's train serves a peers.Presence: the hosts' user programs
+# wait for each other in collectives, so a stall or failure on one host is read on every host.
+PRESENCE_STRATEGIES = (strategy.TORCH_DISTRIBUTED, strategy.MULTI_WORKER_MIRRORED)
+
+
+def _has_presence(plan: launch.LaunchPlan) -> bool:
+    """Whether this job's hosts serve and watch each other's ``peers.Presence``."""
+    return len(plan.hosts) > 1 and plan.strategy in PRESENCE_STRATEGIES
+
+
 def _peer_watch(plan: launch.LaunchPlan, current_host: str, ports: strategy.Ports):
     """A ``supervise.run`` watch that reports the first other host whose server closes (or
     stops answering: a machine that died silently closes no connection). On the master under
@@ -133,13 +143,15 @@ def _peer_watch(plan: launch.LaunchPlan, current_host: str, ports: strategy.Port
     TensorFlow servers: the chief waits for a lost worker forever (ParameterServerStrategy waits
     for workers to come back). Under torchrun, on every host, the other hosts' ``train``
     (``peers.Presence`` on ``DTC_PRESENCE_PORT``): Gloo would wait for a silently lost host for
-    30 minutes, and a host whose training failed says why (``report.peer_failed``). ``None``
-    otherwise (MultiWorkerMirrored has TensorFlow's heartbeats)."""
+    30 minutes, and a host whose training failed says why (``report.peer_failed``). Under
+    MultiWorkerMirrored, on every host, only what the other hosts' ``train`` says (a failure or a
+    stall): TensorFlow's heartbeats find a lost host, and a worker may end well before the chief
+    has written the model. ``None`` otherwise."""
     if len(plan.hosts) < 2:
         return None
     others = [host for host in plan.hosts if host != current_host]
     endpoints = {}
-    if plan.strategy == strategy.TORCH_DISTRIBUTED:
+    if _has_presence(plan):
         endpoints = {(host, ports.presence): "train" for host in others}
     elif plan.master_host != current_host:
         return None
@@ -159,9 +171,11 @@ def _peer_watch(plan: launch.LaunchPlan, current_host: str, ports: strategy.Port
     # grace period to end on their own (a success is a success) before the host counts as lost.
     torchrun = plan.strategy == strategy.TORCH_DISTRIBUTED
     grace_s = _env_seconds("DTC_PEER_END_GRACE_S", PEER_END_GRACE_S) if torchrun else 0.0
+    presence = _has_presence(plan)
 
     def watch(done) -> str | None:
-        gone = peers.watch_until_one_closes(list(endpoints), stop=done, notices=torchrun)
+        gone = peers.watch_until_one_closes(list(endpoints), stop=done, notices=presence,
+                                            closes=plan.strategy != strategy.MULTI_WORKER_MIRRORED)
         if gone is None:
             return None
         if gone.notice:   # the host's training failed, and its train said why
@@ -182,14 +196,15 @@ def _stall_rule(config: job_config.JobConfig, plan: launch.LaunchPlan) -> superv
     failure's first line, then each process's main-thread frames.
 
     The master judges the job's progress by its own output (under MPI every rank's; otherwise its
-    ranks', rank 0 among them, which a stall anywhere stops too). Under torchrun the other hosts,
-    whose ranks print nothing in a healthy job, do not judge: they read their ranks' stacks when
-    the master reports a stall (``StallRule.judges``). Other strategies' other hosts have no rule:
-    the master's end reaches them as any failure does."""
+    ranks', rank 0 among them, which a stall anywhere stops too). Under torchrun and
+    MultiWorkerMirrored the other hosts, whose ranks print nothing in a healthy job, do not judge:
+    they read their ranks' stacks when the master reports a stall (``StallRule.judges``,
+    ``peers.Presence``). Other strategies' other hosts have no rule: under MPI the master reads
+    their ranks' stacks itself, and the parameter-server hosts run no user code."""
     if not config.stall_timeout_s:
         return None
     judges = config.is_master
-    if not judges and plan.strategy != strategy.TORCH_DISTRIBUTED:
+    if not judges and not _has_presence(plan):
         return None
 
     def read_stacks() -> forensics.Reading:
@@ -218,12 +233,23 @@ def _stall_rule(config: job_config.JobConfig, plan: launch.LaunchPlan) -> superv
 
 
 def _peer_notice(config: job_config.JobConfig, hosts: list[str], extra_s: float = 0.0) -> peers.Gone | None:
-    """Under torchrun: the first of ``hosts`` whose ``train`` says why its training failed
-    (``peers.Presence.fail``) within ``$DTC_PEER_NOTICE_WAIT_S`` (plus ``extra_s``), or ``None``."""
+    """Under torchrun and MultiWorkerMirrored: the first of ``hosts`` whose ``train`` says why its
+    training failed (``peers.Presence.fail``) within ``$DTC_PEER_NOTICE_WAIT_S`` (plus ``extra_s``), or ``None``.
+    A host whose presence does not answer now (lost, cut off, or done saying) is not waited for."""
+    answering = []
+    for host in hosts:
+        said = peers.failure_notice(host, config.ports.presence)
+        if said:
+            return peers.Gone(host, config.ports.presence, said)
+        if said is not None:
+            answering.append(host)
+    if not answering:
+        log.info("%s does not answer: no word on why its training failed", " or ".join(hosts))
+        return None
     wait_s = _env_seconds("DTC_PEER_NOTICE_WAIT_S", PEER_NOTICE_WAIT_S) + extra_s
-    log.info("waiting up to %.0f s for %s to say why its training failed", wait_s, " or ".join(hosts))
+    log.info("waiting up to %.0f s for %s to say why its training failed", wait_s, " or ".join(answering))
     deadline = time.monotonic() + wait_s
-    said = peers.watch_until_one_closes([(host, config.ports.presence) for host in hosts], closed_checks=1,
+    said = peers.watch_until_one_closes([(host, config.ports.presence) for host in answering], closed_checks=1,
                                         notices=True, stop=lambda: time.monotonic() > deadline)
     return said if said is not None and said.notice else None
 
@@ -233,7 +259,7 @@ def _stall_account(config: job_config.JobConfig, plan: launch.LaunchPlan, result
     """The failure file of a job this host's stall rule ended: where the ranks were
     (``result.stalled``), then the end of stderr. When every rank here only waits for one
     elsewhere, the line of the host where a rank is stuck comes first: the one that reported the
-    stall (``result.peer_lost``), or, on the master under torchrun, the first that answers its
+    stall (``result.peer_lost``), or, on the master (``peers.Presence``), the first that answers its
     word (``peers.Presence.say``: the others read their ranks' stacks on it)."""
     text = "\n".join([result.stalled.rstrip("\n"), "", "Last lines of stderr before the job was ended:",
                       *(line for line in result.stderr_tail[-40:] if line.strip())]) + "\n"
@@ -348,8 +374,7 @@ def run_job(plan_only: bool) -> int:
     phase.current = "starting the parameter servers"
     services = []
     watch = _peer_watch(plan, config.current_host, config.ports)
-    presence = (peers.Presence(config.ports.presence)
-                if plan.strategy == strategy.TORCH_DISTRIBUTED and len(plan.hosts) > 1 else None)
+    presence = peers.Presence(config.ports.presence) if _has_presence(plan) else None
     try:
         try:
             services += [supervise.start_service(s.name, s.argv, s.env, plan.workdir) for s in plan.services]

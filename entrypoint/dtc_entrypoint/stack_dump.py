@@ -10,13 +10,15 @@ alike). ``site`` runs its ``import`` line at every interpreter's
 start (docs.python.org ``site``), and it calls ``install`` only where ``$DTC_STACKS_DIR`` is set,
 which ``train`` sets for the processes it starts (``plan.job_env``; under MPI ``-x`` carries it to
 every host). ``install`` opens ``<DTC_STACKS_DIR>/pid<PID>.txt``, writes one header line (pid,
-host, rank, local rank, world size, command line) and registers the handler on that file; a forked child
+host, rank, local rank, world size, command line; under MultiWorkerMirroredStrategy the rank is
+the worker's index in ``TF_CONFIG``) and registers the handler on that file; a forked child
 (a DataLoader worker) gets a file of its own. A program that replaces the handler with its own
 ``signal.signal(SIGUSR2, ...)`` keeps its own; a process that never ran the hook (``python -S``,
 a shell) is never sent the signal (``request`` reads ``SigCgt`` in ``/proc/PID/status`` first).
 """
 
 import faulthandler
+import json
 import os
 import signal
 import sys
@@ -52,9 +54,10 @@ def install(forked: bool = False) -> None:
                 argv = cmdline.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
         except OSError:
             argv = " ".join(sys.argv)
-        rank = os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", ""))
-        local_rank = os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", ""))
-        world_size = os.environ.get("WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", ""))
+        worker, workers = multi_worker_rank()
+        rank = os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", worker))
+        local_rank = os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0" if worker else ""))
+        world_size = os.environ.get("WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", workers))
         new.write(f"{HEADER} pid={os.getpid()} host={os.environ.get('SM_CURRENT_HOST', '')} rank={rank} "
                   f"local_rank={local_rank} world_size={world_size} "
                   f"forked_from={os.getppid() if forked else ''} argv={' '.join(argv.split())[:500]}\n")
@@ -67,6 +70,21 @@ def install(forked: bool = False) -> None:
             old.close()
     except OSError:
         pass
+
+
+def multi_worker_rank() -> tuple[str, str]:
+    """Under MultiWorkerMirroredStrategy (``TF_CONFIG`` whose cluster has only workers: one per
+    host, worker 0 the chief; ``launch_tf.multi_worker_mirrored_plan``), this process's worker
+    index and the number of workers, which are its rank and the world size; ``("", "")``
+    otherwise (no ``TF_CONFIG``, or a parameter-server cluster, whose servers run no program)."""
+    try:
+        tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+        cluster, task = tf_config.get("cluster") or {}, tf_config.get("task") or {}
+        if set(cluster) == {"worker"} and task.get("type") == "worker":
+            return str(int(task["index"])), str(len(cluster["worker"]))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        pass
+    return "", ""
 
 
 def catches(pid: int, signum: int = SIGNAL) -> bool:

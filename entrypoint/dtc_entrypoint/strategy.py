@@ -52,7 +52,7 @@ PORT_VARIABLES = {
     "tf_task": ("DTC_TF_TASK_PORT", 2222),               # parameter server: chief and workers
     "tf_ps": ("DTC_TF_PS_PORT", 2223),                   # parameter server: ps tasks
     "tf_end": ("DTC_TF_END_PORT", 2225),                 # parameter server: the chief's end notice
-    "presence": ("DTC_PRESENCE_PORT", 2226),             # torchrun on several hosts: train's presence
+    "presence": ("DTC_PRESENCE_PORT", 2226),             # torchrun, MWMS on several hosts: train's presence
     "preflight": ("DTC_PREFLIGHT_PORT", 2227),           # the preflight's store on the master host
 }
 

@@ -327,12 +327,12 @@ def test_a_rank_killed_on_a_worker_host_ends_every_host_within_a_minute(case, tm
     assert not result["hosts"]["algo-1"]["model"] and not result["hosts"]["algo-2"]["model"]
 
 
-def _stuck_rank_job(tmp_path, case: str):
-    """A two-host job of ``case`` whose rank 3 (algo-2) sleeps in step 30 (DTC_FAULT "stall=3600"),
+def _stuck_rank_job(tmp_path, case: str, rank: int = 3):
+    """A two-host job of ``case`` whose ``rank`` (on algo-2) sleeps in step 30 (DTC_FAULT "stall=3600"),
     every process alive, with a 20-s stall timeout and 60 s of start-up grace. Returns (seconds
     from the later of the fault and the grace's end to the job's end, log, result.json's hosts)."""
     job_file = tmp_path / "job.json"
-    job_file.write_text(json.dumps({"environment": {"DTC_FAULT": "rank=3 step=30 stall=3600",
+    job_file.write_text(json.dumps({"environment": {"DTC_FAULT": f"rank={rank} step=30 stall=3600",
                                                     "DTC_STALL_TIMEOUT_S": "20", "DTC_STALL_STARTUP_GRACE_S": "60"},
                                     "peer_grace_s": 90}))
     started = time.time()
@@ -340,7 +340,7 @@ def _stuck_rank_job(tmp_path, case: str):
                                "-p", "epochs=10", "-p", "progress-seconds=2", timeout_s=400)
     log = done.stdout + done.stderr
     [(stamp, stuck_rank, _)] = FAULT_LINE.findall(log)
-    assert stuck_rank == "3"
+    assert stuck_rank == str(rank)
     took_s = time.time() - max(started + 80, datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp())
     return took_s, log, result["hosts"]
 
@@ -366,6 +366,23 @@ def test_a_rank_stuck_on_a_worker_host_under_torchrun_ends_every_host_naming_it(
     assert re.match(rf"host algo-2 failed: {culprit}", hosts["algo-1"]["failure"]), log[-4000:]
     assert _kept_stacks(hosts["algo-1"]) == ["rank0-algo-1", "rank1-algo-1"]
     assert _kept_stacks(hosts["algo-2"]) == ["rank2-algo-2", "rank3-algo-2"]
+
+
+def test_a_worker_stuck_on_a_worker_host_under_multi_worker_mirrored_ends_every_host_naming_it(tmp_path):
+    """MultiWorkerMirroredStrategy: worker 1 (algo-2, rank 1) sleeps in its step while the chief
+    waits for it in the step's collectives, both alive (issue #41). The master judges, reads its
+    own stacks (its worker waits in a compiled step) and asks algo-2 (peers.Presence), which reads
+    its worker's: both failure files name rank 1 on algo-2 in dtc_train.fault.stuck, both hosts
+    exit 5 within a bounded time, each keeping its worker's stacks."""
+    took_s, log, hosts = _stuck_rank_job(tmp_path, "multi-worker-mirrored", rank=1)
+    print(json.dumps({host: hosts[host]["failure"] for host in hosts}, indent=1))
+    assert took_s < 20 + 60, log[-4000:]
+    assert {host: hosts[host]["exit_code"] for host in hosts} == {"algo-1": 5, "algo-2": 5}, log[-4000:]
+    culprit = r"stalled \d+ s: rank 1 on algo-2 is in fault\.py:\d+ \(stuck\)"
+    assert re.match(culprit, hosts["algo-2"]["failure"]), log[-4000:]
+    assert re.match(rf"host algo-2 failed: {culprit}", hosts["algo-1"]["failure"]), log[-4000:]
+    assert _kept_stacks(hosts["algo-1"]) == ["rank0-algo-1"]
+    assert _kept_stacks(hosts["algo-2"]) == ["rank1-algo-2"]
 
 
 def test_a_rank_stuck_on_a_worker_host_under_mpi_is_named_with_every_hosts_stacks_gathered_on_the_master(tmp_path):

@@ -2,6 +2,7 @@
 process into files laid out as dtc_entrypoint.stack_dump writes them."""
 
 import faulthandler
+import json
 import os
 import signal
 import sysconfig
@@ -114,3 +115,19 @@ def test_catches_reads_the_signal_mask_of_a_process():
     if previous in (signal.SIG_DFL, None):
         assert not stack_dump.catches(os.getpid())
     assert not stack_dump.catches(2 ** 22 + 1)   # no such process
+
+
+def test_a_multi_worker_mirrored_worker_is_named_by_its_index_and_a_parameter_server_task_is_not(monkeypatch):
+    """stack_dump's header: MultiWorkerMirrored sets no RANK, its TF_CONFIG's worker index is the
+    rank (launch_tf.multi_worker_mirrored_plan); a parameter-server cluster's tasks have none."""
+    cluster = {"worker": ["algo-1:8890", "algo-2:8890", "algo-3:8890"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 2}}))
+    assert stack_dump.multi_worker_rank() == ("2", "3")
+    ps_cluster = {"chief": ["algo-1:2222"], "worker": ["algo-2:2222"], "ps": ["algo-1:2223", "algo-2:2223"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": ps_cluster, "task": {"type": "worker", "index": 0}}))
+    assert stack_dump.multi_worker_rank() == ("", "")
+    for broken in ("not json", '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": "x"}}', "[]"):
+        monkeypatch.setenv("TF_CONFIG", broken)
+        assert stack_dump.multi_worker_rank() == ("", "")
+    monkeypatch.delenv("TF_CONFIG")
+    assert stack_dump.multi_worker_rank() == ("", "")

@@ -1,4 +1,4 @@
-"""A torchrun host's presence (peers.Presence) and the others' watch of it: a host whose training
+"""A torchrun or MultiWorkerMirrored host's presence (peers.Presence) and the others' watch of it: a host whose training
 failed says why for a few seconds before its port closes, so that the other hosts' failure files
 carry its cause instead of "host ... stopped answering" (issue #41, item 0)."""
 
@@ -51,6 +51,29 @@ def test_the_watch_returns_a_failed_hosts_line_at_once_and_a_closed_host_after_i
     finally:
         failed.shutdown()
         running.shutdown()
+
+
+def test_a_watch_of_notices_only_ignores_a_host_that_ends_and_returns_its_line_when_it_fails():
+    """MultiWorkerMirrored (cli._peer_watch): a worker host may end long before the chief has
+    written the model, so its presence closing is not a loss; its failure line still comes."""
+    ended_port, failing_port = free_port(), free_port()
+    ended, failing = peers.Presence(ended_port), peers.Presence(failing_port)
+    endpoints = [("127.0.0.1", ended_port), ("127.0.0.1", failing_port)]
+    try:
+        threading.Timer(0.3, ended.shutdown).start()
+        threading.Timer(2.0, failing.say, args=("stalled 20 s: rank 1 on algo-2 is in train.py:9 (load)",)).start()
+        started = time.monotonic()
+        gone = peers.watch_until_one_closes(endpoints, closed_checks=2, poll_s=0.2, notices=True, closes=False)
+        assert gone == peers.Gone("127.0.0.1", failing_port, "stalled 20 s: rank 1 on algo-2 is in train.py:9 (load)")
+        assert 1.8 < time.monotonic() - started < 4   # not the closed host's 0.4 s of checks
+
+        failing.shutdown()   # both closed: nothing to report, until stopped
+        stop_at = time.monotonic() + 1.5
+        assert peers.watch_until_one_closes(endpoints, closed_checks=2, poll_s=0.2, notices=True, closes=False,
+                                            stop=lambda: time.monotonic() > stop_at) is None
+    finally:
+        ended.shutdown()
+        failing.shutdown()
 
 
 def test_a_peers_line_is_named_by_its_host_once():
