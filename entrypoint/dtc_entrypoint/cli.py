@@ -61,6 +61,9 @@ PEER_END_GRACE_S = 20.0
 # "host X stopped answering" waits for host X's line (DTC_PEER_NOTICE_WAIT_S).
 PRESENCE_LINGER_S = 6.0
 PEER_NOTICE_WAIT_S = 15.0
+# With a presence, how long a host whose training succeeded waits for the master's train to end
+# (DTC_MASTER_END_WAIT_S; _hold_until_the_master_ends).
+MASTER_END_WAIT_S = 1800.0
 # CPU-seconds within supervise.BUSY_WINDOW_S (10 s) that count as a job's progress: a tenth of a core.
 # A job waiting in Gloo, a lock or a sleep uses next to none (torchrun's agent polls its ranks).
 BUSY_CPU_S = 1.0
@@ -254,6 +257,33 @@ def _peer_notice(config: job_config.JobConfig, hosts: list[str], extra_s: float 
     return said if said is not None and said.notice else None
 
 
+def _hold_until_the_master_ends(config: job_config.JobConfig, plan: launch.LaunchPlan) -> None:
+    """On a host other than the master (``PRESENCE_STRATEGIES``) whose training succeeded: waits
+    until the master's ``train`` has ended (its presence closed) or ``$DTC_MASTER_END_WAIT_S``
+    (1800 s) have passed. Under MultiWorkerMirrored a worker ends as soon as its last step is done,
+    while the chief may still be writing the model (TensorFlow's tutorials save on the chief only),
+    and SageMaker SDK local mode (``docker compose up --abort-on-container-exit``) stops every
+    other host's container, the chief's included, when one exits. MPI's worker hosts and
+    parameter-server hosts already wait for the master; so does torchrun's exit barrier, within
+    its own time. A master that does not answer (already gone) is not waited for."""
+    endpoint = (plan.master_host, config.ports.presence)
+    if peers.failure_notice(*endpoint) is None:
+        return
+    wait_s = _env_seconds("DTC_MASTER_END_WAIT_S", MASTER_END_WAIT_S)
+    log.info("training ended here; waiting up to %.0f s for the master %s's train to end (it may still be writing "
+             "the model)", wait_s, plan.master_host)
+    deadline = time.monotonic() + wait_s
+    gone = peers.watch_until_one_closes([endpoint], closed_checks=1, notices=True,
+                                        stop=lambda: time.monotonic() > deadline)
+    if gone is None:
+        log.warning("the master %s's train had not ended after %.0f s (DTC_MASTER_END_WAIT_S): leaving",
+                    plan.master_host, wait_s)
+    elif gone.notice:
+        log.warning("the master %s failed: %s", plan.master_host, gone.notice)
+    else:
+        log.info("the master %s's train has ended", plan.master_host)
+
+
 def _stall_account(config: job_config.JobConfig, plan: launch.LaunchPlan, result: supervise.RunResult,
                    presence: peers.Presence | None) -> str:
     """The failure file of a job this host's stall rule ended: where the ranks were
@@ -389,6 +419,8 @@ def run_job(plan_only: bool) -> int:
         if result.returncode == 0 and not result.signal_received:
             report.write_success(config.output_dir)
             log.info("training succeeded; model directory %s", config.model_dir)
+            if presence is not None and not config.is_master:
+                _hold_until_the_master_ends(config, plan)
             return 0
         signal_name = signal.Signals(result.signal_received).name if result.signal_received else None
 

@@ -159,6 +159,34 @@ def test_a_script_for_awss_pytorch_container_joins_the_other_host_without_a_dist
     assert result["hosts"]["algo-1"]["model"] == ["sum.json"] and not result["hosts"]["algo-2"]["model"]
 
 
+def _stamp(log: str, host: str, message: str) -> float:
+    """The time of ``host``'s first ``train`` log line holding ``message``."""
+    [stamp, *_] = re.findall(rf"\[{host}\] (\S+ \S+) \[dtc\] \w+ [^\n]*{re.escape(message)}", log) or [None]
+    assert stamp, (host, message, log[-4000:])
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def test_a_multi_worker_mirrored_worker_host_that_ends_first_waits_for_the_chief_to_write_the_model(tmp_path):
+    """Issue #42, item 1: under MultiWorkerMirrored the worker's script ends at once while the
+    chief takes 15 s to write the model; SageMaker SDK local mode stops every container when one
+    exits, which stopped the chief while saving. algo-2's train now ends only once algo-1's has
+    (peers.Presence), and the chief's model is there."""
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy(PROGRAMS / "chief_saves_last.py", source)
+    done, result = run_cluster(tmp_path / "job", "--distribution", "multi_worker_mirrored_strategy", "--program",
+                               "chief_saves_last.py", "--source-dir", str(source), "-p", "save-seconds=15",
+                               timeout_s=300)
+    log = done.stdout + done.stderr
+    codes = {host: info["exit_code"] for host, info in result["hosts"].items()}
+    assert codes == {"algo-1": 0, "algo-2": 0}, log[-4000:]
+    assert result["hosts"]["algo-1"]["model"] == ["model.txt"] and not result["hosts"]["algo-2"]["model"]
+    worker_done = _stamp(log, "algo-2", "training succeeded")
+    chief_done = _stamp(log, "algo-1", "training succeeded")
+    assert chief_done - worker_done > 10, log[-4000:]   # the worker's script really ended first
+    assert _stamp(log, "algo-2", "the master algo-1's train has ended") >= chief_done, log[-4000:]
+
+
 def test_a_stopped_two_host_mpi_job_lets_every_rank_finish_saving(tmp_path):
     """SageMaker stops a job by sending SIGTERM to every host's container and killing it 120 s
     later. Each rank's handler takes 8 s (a checkpoint): both hosts' ranks must finish it (mpirun
