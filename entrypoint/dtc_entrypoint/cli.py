@@ -290,7 +290,8 @@ def _stall_account(config: job_config.JobConfig, plan: launch.LaunchPlan, result
     (``result.stalled``), then the end of stderr. When every rank here only waits for one
     elsewhere, the line of the host where a rank is stuck comes first: the one that reported the
     stall (``result.peer_lost``), or, on the master (``peers.Presence``), the first that answers its
-    word (``peers.Presence.say``: the others read their ranks' stacks on it)."""
+    word (``peers.Presence.say``: the others read their ranks' stacks on it); the master then
+    copies the other hosts' stacks into its own ``forensics/stacks`` (``peers.fetch_files``)."""
     text = "\n".join([result.stalled.rstrip("\n"), "", "Last lines of stderr before the job was ended:",
                       *(line for line in result.stderr_tail[-40:] if line.strip())]) + "\n"
     waiting_here = forensics.NOT_ON_THIS_HOST in text.splitlines()[0]
@@ -299,10 +300,14 @@ def _stall_account(config: job_config.JobConfig, plan: launch.LaunchPlan, result
                 else f"{text}\n(The stall was found by another host: {result.peer_lost})\n")
     if presence is not None and waiting_here:
         presence.say(text.splitlines()[0])
-        said = _peer_notice(config, [host for host in plan.hosts if host != config.current_host],
-                            extra_s=stack_dump.REQUEST_WAIT_S + 2 * peers.WATCH_POLL_S)
+        others = [host for host in plan.hosts if host != config.current_host]
+        said = _peer_notice(config, others, extra_s=stack_dump.REQUEST_WAIT_S + 2 * peers.WATCH_POLL_S)
         if said is not None and report.STALLED.match(said.notice):
-            return f"{report.peer_failed(said.host, said.notice)}\n\nOn this host, {text}"
+            folder = forensics.folder(config.output_dir, "stacks")
+            copied = [os.path.basename(path) for host in sorted(others, key=lambda h: h != said.host)
+                      for path in peers.fetch_files(host, config.ports.presence, folder)]
+            return (f"{report.peer_failed(said.host, said.notice)}\n\nOn this host, {text}\nThe other hosts' stacks, "
+                    f"copied into {folder}: {', '.join(copied) or 'none came'}\n")
     return text
 
 
@@ -445,6 +450,10 @@ def run_job(plan_only: bool) -> int:
                      else EXIT_PEER_ERROR if result.peer_lost else result.exit_code)
         log.error("training failed (exit code %d): %s [details in %s]", exit_code, text.splitlines()[0], path)
         if presence is not None and not signal_name:   # the other hosts' watch reads this host's cause
+            if result.stalled:   # and the master copies its ranks' stacks
+                stacks = forensics.folder(config.output_dir, "stacks")
+                presence.offer([os.path.join(stacks, name) for name in sorted(os.listdir(stacks))]
+                               if os.path.isdir(stacks) else [])
             presence.fail(text.splitlines()[0], PRESENCE_LINGER_S)
         return exit_code or EXIT_INTERNAL_ERROR
     finally:

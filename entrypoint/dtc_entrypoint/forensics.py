@@ -192,7 +192,8 @@ def where_ranks_are(dumps: list[Stacks]) -> str:
 
 def keep(paths: list[str], output_dir: str) -> str:
     """Copies the dumps into ``<output_dir>/data/forensics/stacks`` as
-    ``rank<R>-<host>-pid<P>.txt`` (``process-pid<P>.txt`` without a rank). Returns the folder."""
+    ``rank<R>-<host>-pid<P>.txt`` (``process-<host>-pid<P>.txt`` without a rank: process ids
+    repeat across hosts). Returns the folder."""
     return _keep([dump for dump in map(parse, paths) if dump is not None], output_dir)
 
 
@@ -201,7 +202,7 @@ def _keep(dumps: list[Stacks], output_dir: str) -> str:
     os.makedirs(stacks, exist_ok=True)
     for dump in dumps:
         name = (f"rank{dump.rank}-{dump.host or 'host'}-pid{dump.pid}.txt" if dump.rank is not None
-                else f"process-pid{dump.pid}.txt")
+                else f"process-{dump.host or 'host'}-pid{dump.pid}.txt")
         shutil.copyfile(dump.path, os.path.join(stacks, name))
     return stacks
 

@@ -1,9 +1,13 @@
 """Reaching the job's other hosts: resolving their names, waiting for a port to open,
-noticing when it closes, and the master's end notice (``send_end_notice``, ``EndNoticeListener``)."""
+noticing when it closes, a host's ``Presence`` (its failure line, the files it offers), and the
+master's end notice (``send_end_notice``, ``EndNoticeListener``)."""
 
+import io
 import logging
+import os
 import socket
 import socketserver
+import tarfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -137,6 +141,7 @@ def failure_notice(host: str, port: int, timeout_s: float = 2.0) -> str | None:
     connection (or answers nothing within ``timeout_s`` seconds)."""
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as connection:
+            connection.sendall(_ASK_NOTICE)
             line = connection.makefile("rb").readline(_NOTICE_MAX_BYTES)
     except OSError:
         return None
@@ -166,22 +171,66 @@ class _NoticeServer(socketserver.ThreadingTCPServer):
 
 _FAILED = "failed: "
 _NOTICE_MAX_BYTES = 2048
+# what a Presence's client asks first, one line
+_ASK_NOTICE = b"notice\n"
+_ASK_FILES = b"files\n"
+_FILES_MAX_BYTES = 64 * 1024 * 1024
+
+
+def fetch_files(host: str, port: int, into: str, timeout_s: float = 10.0) -> list[str]:
+    """Copies the files the ``Presence`` on ``host:port`` offers (``Presence.offer``) into the
+    folder ``into``. Returns their paths there; ``[]`` when it offers none, does not answer, or
+    sends what is not a tar archive (at most 64 MiB are read)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as connection:
+            connection.sendall(_ASK_FILES)
+            data = connection.makefile("rb").read(_FILES_MAX_BYTES)
+    except OSError as error:
+        log.warning("could not copy the files %s offers: %s", host, error)
+        return []
+    if not data:
+        return []
+    try:
+        paths = []
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+            os.makedirs(into, exist_ok=True)
+            for member in archive.getmembers():
+                name = os.path.basename(member.name)
+                if not member.isfile() or name != member.name or name.startswith("."):   # plain files only
+                    continue
+                with archive.extractfile(member) as source, open(os.path.join(into, name), "wb") as target:
+                    target.write(source.read())
+                paths.append(os.path.join(into, name))
+    except (tarfile.TarError, OSError, EOFError) as error:
+        log.warning("the files %s offers could not be read: %s", host, error)
+        return []
+    return paths
 
 
 class Presence:
     """``train``'s presence on ``port`` (all addresses, a background thread), for the other hosts'
     ``watch_until_one_closes(..., notices=True)``: while training runs, each connection is
-    accepted and closed; after ``fail(line)`` each one reads ``failed: <line>``, so that the
-    other hosts' failure files carry this host's cause instead of "stopped answering"."""
+    answered with nothing and closed; after ``fail(line)`` each one reads ``failed: <line>``, so
+    that the other hosts' failure files carry this host's cause instead of "stopped answering".
+    A client asks first, in one line: ``notice`` (``failure_notice``) or ``files``
+    (``fetch_files``: the files ``offer`` gave, as a gzip'd tar archive; nothing before that)."""
 
     def __init__(self, port: int):
         presence = self
         self._notice = b""
+        self._files = b""
 
-        class Handler(socketserver.BaseRequestHandler):
+        class Handler(socketserver.StreamRequestHandler):
+            timeout = 5.0
+
             def handle(self):
-                if presence._notice:
-                    self.request.sendall(presence._notice)
+                try:
+                    asked = self.rfile.readline(32)
+                    answer = presence._files if asked == _ASK_FILES else presence._notice
+                    if asked and answer:
+                        self.wfile.write(answer)
+                except OSError:   # asked nothing in time, or left before the answer
+                    return
 
         self._server = _NoticeServer(("", port), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
@@ -190,6 +239,15 @@ class Presence:
         """Answers every connection with ``failed: <line>`` from now on (a stall found here: the
         other hosts read their ranks' stacks and end, while this one waits for their account)."""
         self._notice = f"{_FAILED}{line.strip()}"[:_NOTICE_MAX_BYTES - 2].encode() + b"\n"
+
+    def offer(self, paths: Sequence[str]) -> None:
+        """Offers the files at ``paths`` (by their names, without folders) to the other hosts'
+        ``fetch_files`` from now on: a stalled host's stacks, for the master's forensics."""
+        packed = io.BytesIO()
+        with tarfile.open(fileobj=packed, mode="w:gz") as archive:
+            for path in paths:
+                archive.add(path, arcname=os.path.basename(path), recursive=False)
+        self._files = packed.getvalue()
 
     def fail(self, line: str, linger_s: float) -> None:
         """Answers every connection with ``line`` (this host's failure, its first line) for

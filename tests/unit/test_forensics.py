@@ -103,7 +103,7 @@ def test_keep_names_each_dump_by_rank_host_and_pid(tmp_path):
     assert sorted(os.path.basename(p) for p in stack_dump.dumped(str(live))) == ["pid11.txt", "pid12.txt"]
     folder = forensics.keep(stack_dump.dumped(str(live)), str(tmp_path / "output"))
     assert folder == str(tmp_path / "output" / "data" / "forensics" / "stacks")
-    assert sorted(os.listdir(folder)) == ["process-pid12.txt", "rank2-algo-2-pid11.txt"]
+    assert sorted(os.listdir(folder)) == ["process-algo-1-pid12.txt", "rank2-algo-2-pid11.txt"]
 
 
 def test_catches_reads_the_signal_mask_of_a_process():

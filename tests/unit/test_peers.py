@@ -2,6 +2,7 @@
 failed says why for a few seconds before its port closes, so that the other hosts' failure files
 carry its cause instead of "host ... stopped answering" (issue #41, item 0)."""
 
+import os
 import socket
 import threading
 import time
@@ -74,6 +75,29 @@ def test_a_watch_of_notices_only_ignores_a_host_that_ends_and_returns_its_line_w
     finally:
         ended.shutdown()
         failing.shutdown()
+
+
+def test_the_files_a_presence_offers_are_copied_by_another_host_and_nothing_before(tmp_path):
+    """A stalled host offers its ranks' stacks (Presence.offer) before it says its line; the
+    master copies them into its own forensics (fetch_files). A notice client is not sent them."""
+    port = free_port()
+    presence = peers.Presence(port)
+    try:
+        assert peers.fetch_files("127.0.0.1", port, str(tmp_path / "early")) == []   # nothing offered yet
+        stacks = tmp_path / "stacks"
+        stacks.mkdir()
+        dumps = {"rank2-algo-2-pid41.txt": "Thread 0x1 (most recent call first):\n", "process-algo-2-pid40.txt": "x\n"}
+        for name, text in dumps.items():
+            (stacks / name).write_text(text)
+        presence.offer(sorted(str(path) for path in stacks.iterdir()))
+        presence.say("stalled 20 s: rank 2 on algo-2 is in train.py:9 (load)")
+        assert peers.failure_notice("127.0.0.1", port) == "stalled 20 s: rank 2 on algo-2 is in train.py:9 (load)"
+        copied = peers.fetch_files("127.0.0.1", port, str(tmp_path / "master"))
+        assert sorted(os.path.basename(path) for path in copied) == sorted(dumps)
+        assert {name: (tmp_path / "master" / name).read_text() for name in dumps} == dumps
+    finally:
+        presence.shutdown()
+    assert peers.fetch_files("127.0.0.1", port, str(tmp_path / "late"), timeout_s=1) == []   # closed
 
 
 def test_a_peers_line_is_named_by_its_host_once():
