@@ -138,6 +138,8 @@ class JobConfig:
         stall_action: ``end`` (the default: a stall ends the job) or ``dump`` (its stacks are
             read and kept, and the job runs on): ``sagemaker_stall_action``, else
             ``$DTC_STALL_ACTION``.
+        image_torch_version: the image's PyTorch version (``$DTC_TORCH_VERSION``, set by the
+            Dockerfile), or ``""`` outside the image.
     """
 
     base_dir: str
@@ -168,6 +170,7 @@ class JobConfig:
     stall_timeout_s: int = DEFAULT_STALL_TIMEOUT_S
     stall_startup_grace_s: int = DEFAULT_STALL_STARTUP_GRACE_S
     stall_action: str = "end"
+    image_torch_version: str = ""
 
     @property
     def model_dir(self) -> str:
@@ -377,6 +380,7 @@ def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str
         cache_env=MappingProxyType(warm_pool_cache_env(environ)),
         preflight=preflight_mode(framework_parameters, environ),
         stall_action=stall_action(framework_parameters, environ),
+        image_torch_version=environ.get("DTC_TORCH_VERSION", ""),
         stall_timeout_s=seconds_setting(framework_parameters, environ, STALL_TIMEOUT, STALL_TIMEOUT_VARIABLE,
                                         DEFAULT_STALL_TIMEOUT_S),
         stall_startup_grace_s=seconds_setting(framework_parameters, environ, STALL_STARTUP_GRACE,

@@ -29,6 +29,11 @@ HEARTBEAT_VARIABLE = "DTC_HEARTBEAT_FILE"
 FLIGHT_RECORDER_FILE_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 # MASTER_ADDR on one host, and torchrun's --master_addr there.
 LOCAL_MASTER = "127.0.0.1"
+# What AWS's PyTorch and TensorFlow containers set on every job, with their values, unless the
+# job's environment sets them (aws/sagemaker-pytorch-training-toolkit
+# sagemaker_pytorch_container/training.py: NCCL_DEBUG; aws/sagemaker-tensorflow-training-toolkit
+# sagemaker_tensorflow_container/training.py: TF_CPP_MIN_LOG_LEVEL).
+AWS_CONTAINER_DEFAULTS = {"NCCL_DEBUG": "WARN", "TF_CPP_MIN_LOG_LEVEL": "1"}
 
 
 @dataclass(frozen=True)
@@ -110,8 +115,10 @@ def job_env(config: JobConfig, program: Program) -> dict[str, str]:
     ``faulthandler``), the folder where each Python process registers for its stacks
     (``stack_dump``: ``$DTC_STACKS_DIR``), the file a program may touch to say it is alive
     (``$DTC_HEARTBEAT_FILE``, ``supervise.StallRule``), the Flight Recorder's dump files in the
-    job's forensics (``flight_recorder_dir``; unless the job's environment names its own), and
-    the warm pool's cache directories (``config.cache_env``)."""
+    job's forensics (``flight_recorder_dir``; unless the job's environment names its own), the
+    warm pool's cache directories (``config.cache_env``), and what AWS's framework containers
+    set on every job (``AWS_CONTAINER_DEFAULTS`` unless the job sets them;
+    ``SM_DLC_TORCH_VERSION``, the image's PyTorch)."""
     env = dict(config.sm_env)
     env.update(config.cache_env)
     env["SM_USER_ARGS"] = json.dumps(to_argv(config.user_hyperparameters))
@@ -124,6 +131,9 @@ def job_env(config: JobConfig, program: Program) -> dict[str, str]:
     env[HEARTBEAT_VARIABLE] = heartbeat_file(config)
     if not set(FLIGHT_RECORDER_FILE_VARIABLES) & set(config.inherited_names):
         env[FLIGHT_RECORDER_FILE_VARIABLES[0]] = os.path.join(flight_recorder_dir(config), "rank_")
+    env.update({name: value for name, value in AWS_CONTAINER_DEFAULTS.items() if name not in config.inherited_names})
+    if config.image_torch_version:
+        env["SM_DLC_TORCH_VERSION"] = config.image_torch_version
     return env
 
 

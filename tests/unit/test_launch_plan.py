@@ -2,6 +2,7 @@
 tests/integration/test_strategy_plans.py)."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -209,3 +210,20 @@ def test_master_addr_and_port_are_set_as_aws_pytorch_container_sets_them():
     mpi = launch.build(job(hosts=two, mpi=MpiConfig(enabled=True, processes_per_host=2)), SCRIPT)
     assert mpi.env["MASTER_ADDR"] == "algo-1"
     assert all(mpi.argv[mpi.argv.index(name) - 1] == "-x" for name in ("MASTER_ADDR", "MASTER_PORT"))
+
+
+def test_every_launcher_sets_what_awss_framework_containers_set_unless_the_job_does():
+    """NCCL_DEBUG=WARN (AWS's PyTorch container), TF_CPP_MIN_LOG_LEVEL=1 (its TensorFlow
+    container) and SM_DLC_TORCH_VERSION (the image's torch) on every job, under every launcher,
+    forwarded by mpirun; a job whose environment sets one keeps its own (issue #42, item 1)."""
+    defaults = {"NCCL_DEBUG": "WARN", "TF_CPP_MIN_LOG_LEVEL": "1", "SM_DLC_TORCH_VERSION": "2.13.0"}
+    two = ("algo-1", "algo-2")
+    for config in (job(), job(mpi=MpiConfig(enabled=True, processes_per_host=2)), job(strategy="torch_distributed"),
+                   job(hosts=two, strategy="multi_worker_mirrored_strategy"), job(strategy="parameter_server")):
+        plan = launch.build(replace(config, image_torch_version="2.13.0"), SCRIPT)
+        assert {name: plan.env.get(name) for name in defaults} == defaults, plan.strategy
+        if plan.strategy == "mpi":
+            assert all(plan.argv[plan.argv.index(name) - 1] == "-x" for name in defaults)
+    own = launch.build(job(inherited_names=("PATH", "NCCL_DEBUG", "TF_CPP_MIN_LOG_LEVEL")), SCRIPT)
+    assert "NCCL_DEBUG" not in own.env and "TF_CPP_MIN_LOG_LEVEL" not in own.env   # the container's own reach it
+    assert "SM_DLC_TORCH_VERSION" not in own.env   # outside the image: no DTC_TORCH_VERSION
