@@ -5,6 +5,11 @@ starts one torchrun per host with `--nproc_per_node` = processes per host): ever
 copy of the model on its shard (DistributedSampler), DDP averages the gradients (Gloo on CPU,
 NCCL on GPU), and rank 0 writes checkpoints and the model.
 
+Every rank lists the channel's files and decodes only the images of its own shard, as it reads
+them (a Dataset over file names, DataLoader workers decoding beside the training), so a channel
+larger than a host's memory trains too. `--precision bf16` runs the forward pass in bfloat16
+(torch.autocast), on GPUs and CPUs alike.
+
 Channels may be FullyReplicated (every host holds all files: ranks split them by global rank) or
 ShardedByS3Key (`TrainingInput(..., distribution="ShardedByS3Key")`: each host holds its part,
 which the host's ranks split by local rank). Either way every rank runs the same number of steps
@@ -16,7 +21,8 @@ What it reads (SageMaker's training environment):
   /opt/ml/checkpoints                        synced with checkpoint_s3_uri: a restarted job resumes
   SM_INPUT_DATA_CONFIG, SM_HOSTS             each channel's S3DistributionType, the job's hosts
   RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR  set by torchrun (and LOCAL_WORLD_SIZE)
-Hyperparameters arrive as `--name value` arguments.
+Hyperparameters arrive as `--name value` arguments. Metrics: one `epoch=... loss=...
+val_accuracy=...` line per epoch, for an estimator's `metric_definitions`.
 """
 
 import argparse
@@ -32,7 +38,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from PIL import Image
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 CHECKPOINT_DIR = "/opt/ml/checkpoints"
 
@@ -44,11 +50,23 @@ def parse_args():
     parser.add_argument("--lr", type=float, default=0.01, help="for one rank; scaled by the world size")
     parser.add_argument("--image-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast's bfloat16")
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader processes decoding images, per rank")
     parser.add_argument("--train", default=os.environ.get("SM_CHANNEL_TRAINING"))
     parser.add_argument("--validation", default=os.environ.get("SM_CHANNEL_VALIDATION"))
     parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
     parser.add_argument("--checkpoint-dir", default=CHECKPOINT_DIR)
     return parser.parse_args()
+
+
+def channel_dir(path, name):
+    """The channel's directory; a missing or empty channel ends the job with a sentence naming it."""
+    if not path or not os.path.isdir(path):
+        sys.exit(f"channel '{name}' is missing (SM_CHANNEL_{name.upper()} is not set or not a directory): "
+                 f"pass it to fit(), e.g. fit({{'{name}': 's3://<bucket>/<prefix>/{name}'}})")
+    if not class_folders(path):
+        sys.exit(f"channel '{name}' ({path}) holds no class folders: it must hold <class>/<image> files")
+    return path
 
 
 def class_folders(root):
@@ -62,21 +80,27 @@ def host_sharded(channel):
     return config.get("S3DistributionType") == "ShardedByS3Key" and len(hosts) > 1
 
 
-def load_image_folder(root, image_size, classes):
-    """All images under root/<class>/ as (N, 1, S, S) float32 in [0, 1] and (N,) int64 labels
-    (a class folder this host's part lacks holds no image here)."""
-    images, labels = [], []
-    for label, name in enumerate(classes):
-        if not os.path.isdir(os.path.join(root, name)):
-            continue
-        for file in sorted(os.listdir(os.path.join(root, name))):
-            with Image.open(os.path.join(root, name, file)) as image:
-                pixels = image.convert("L").resize((image_size, image_size), Image.BILINEAR)
-            images.append(np.asarray(pixels, dtype=np.float32) / 255.0)
-            labels.append(label)
-    if not images:
-        raise ValueError(f"{root} holds no images: a ShardedByS3Key channel needs at least one object per instance")
-    return torch.from_numpy(np.stack(images)[:, None]), torch.tensor(labels)
+class ImageFiles(Dataset):
+    """The images under root/<class>/, listed by name and decoded when read: item i is a
+    (1, S, S) float32 tensor in [0, 1] and its int64 label (a class folder this host's part of a
+    sharded channel lacks holds no image here)."""
+
+    def __init__(self, root, image_size, classes):
+        self.image_size = image_size
+        self.files = [(os.path.join(root, name, file), label) for label, name in enumerate(classes)
+                      if os.path.isdir(os.path.join(root, name))
+                      for file in sorted(os.listdir(os.path.join(root, name)))]
+        if not self.files:
+            sys.exit(f"{root} holds no images: a ShardedByS3Key channel needs at least one object per instance")
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, index):
+        path, label = self.files[index]
+        with Image.open(path) as image:
+            pixels = image.convert("L").resize((self.image_size, self.image_size), Image.BILINEAR)
+        return torch.from_numpy(np.asarray(pixels, dtype=np.float32)[None] / 255.0), label
 
 
 class Net(torch.nn.Module):
@@ -104,6 +128,8 @@ def main():
     rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
 
+    args.train = channel_dir(args.train, "training")
+    args.validation = channel_dir(args.validation, "validation")
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     # who splits a channel: every rank (a full copy on each host) or the host's ranks (its part)
     train_split = (local_rank, local_size) if host_sharded("training") else (rank, world_size)
@@ -112,12 +138,15 @@ def main():
     folders = [None] * world_size
     dist.all_gather_object(folders, class_folders(args.train))
     classes = sorted(set().union(*folders))
-    x_train, y_train = load_image_folder(args.train, args.image_size, classes)
-    x_val, y_val = load_image_folder(args.validation, args.image_size, classes)
-    sampler = DistributedSampler(TensorDataset(x_train, y_train), num_replicas=train_split[1], rank=train_split[0],
-                                 seed=args.seed, drop_last=True)
-    loader = DataLoader(TensorDataset(x_train, y_train), batch_size=args.batch_size, sampler=sampler, drop_last=True)
-    x_val, y_val = x_val[val_split[0]::val_split[1]], y_val[val_split[0]::val_split[1]]
+    train_files = ImageFiles(args.train, args.image_size, classes)
+    sampler = DistributedSampler(train_files, num_replicas=train_split[1], rank=train_split[0], seed=args.seed,
+                                 drop_last=True)
+    workers = dict(num_workers=args.workers)   # each epoch's loop starts its workers and ends them
+    loader = DataLoader(train_files, batch_size=args.batch_size, sampler=sampler, drop_last=True, **workers)
+    val_files = ImageFiles(args.validation, args.image_size, classes)
+    val_loader = DataLoader(torch.utils.data.Subset(val_files, range(val_split[0], len(val_files), val_split[1])),
+                            batch_size=256, **workers)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     # every rank runs the same number of steps: the smallest shard's (hosts' parts may differ)
     steps = torch.tensor([len(loader)], device=device)
     dist.all_reduce(steps, op=dist.ReduceOp.MIN)
@@ -146,13 +175,17 @@ def main():
         sampler.set_epoch(epoch)
         for images, labels in itertools.islice(loader, steps):
             optimizer.zero_grad()
-            loss = F.cross_entropy(model(images.to(device)), labels.to(device))
+            with autocast:
+                loss = F.cross_entropy(model(images.to(device)), labels.to(device))
             loss.backward()
             optimizer.step()
         model.eval()
-        with torch.no_grad():
-            correct = (model(x_val.to(device)).argmax(1).cpu() == y_val).sum().item()
-        totals = torch.tensor([correct, len(y_val)], dtype=torch.float64, device=device)
+        correct = seen = 0
+        with torch.no_grad(), autocast:
+            for images, labels in val_loader:
+                correct += (model(images.to(device)).argmax(1).cpu() == labels).sum().item()
+                seen += len(labels)
+        totals = torch.tensor([correct, seen], dtype=torch.float64, device=device)
         dist.all_reduce(totals)
         if rank == 0:
             print(f"epoch={epoch}/{args.epochs} loss={loss.item():.4f} val_accuracy={(totals[0] / totals[1]):.4f}",
