@@ -4,22 +4,30 @@ Run with `mpirun` (SageMaker's `distribution={"mpi": {"enabled": True, "processe
 every rank trains a copy of the model on its shard of the training channel, Horovod averages the
 gradients, and rank 0 writes checkpoints and the model.
 
+Every rank lists the channel's files and decodes only the images of its own shard, as it reads
+them (a Dataset over file names, DataLoader workers decoding beside the training), so a channel
+larger than a host's memory trains too. `--precision bf16` runs the forward pass in bfloat16
+(torch.autocast), on GPUs and CPUs alike.
+
 What it reads (SageMaker's training environment):
   SM_CHANNEL_TRAINING, SM_CHANNEL_VALIDATION  image folders: <channel>/<class>/<image>.png
   SM_MODEL_DIR                               where the final model goes (uploaded as model.tar.gz)
   /opt/ml/checkpoints                        synced with checkpoint_s3_uri: a restarted job resumes
-Hyperparameters arrive as `--name value` arguments.
+Hyperparameters arrive as `--name value` arguments. Metrics: one `epoch=... loss=...
+val_accuracy=...` line per epoch, for an estimator's `metric_definitions`.
 """
 
 import argparse
 import hashlib
 import os
+import sys
 
 import horovod.torch as hvd
 import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from torch.utils.data import DataLoader, Dataset, Subset
 
 CHECKPOINT_DIR = "/opt/ml/checkpoints"
 
@@ -31,6 +39,8 @@ def parse_args():
     parser.add_argument("--lr", type=float, default=0.01, help="for one rank; scaled by the world size")
     parser.add_argument("--image-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast's bfloat16")
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader processes decoding images, per rank")
     parser.add_argument("--train", default=os.environ.get("SM_CHANNEL_TRAINING"))
     parser.add_argument("--validation", default=os.environ.get("SM_CHANNEL_VALIDATION"))
     parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
@@ -38,17 +48,38 @@ def parse_args():
     return parser.parse_args()
 
 
-def load_image_folder(root, image_size, classes=None):
-    """All images under root/<class>/ as (N, 1, S, S) float32 in [0, 1] and (N,) int64 labels."""
-    classes = classes or sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    images, labels = [], []
-    for label, name in enumerate(classes):
-        for file in sorted(os.listdir(os.path.join(root, name))):
-            with Image.open(os.path.join(root, name, file)) as image:
-                pixels = image.convert("L").resize((image_size, image_size), Image.BILINEAR)
-            images.append(np.asarray(pixels, dtype=np.float32) / 255.0)
-            labels.append(label)
-    return torch.from_numpy(np.stack(images)[:, None]), torch.tensor(labels), classes
+def channel_dir(path, name):
+    """The channel's directory; a missing or empty channel ends the job with a sentence naming it."""
+    if not path or not os.path.isdir(path):
+        sys.exit(f"channel '{name}' is missing (SM_CHANNEL_{name.upper()} is not set or not a directory): "
+                 f"pass it to fit(), e.g. fit({{'{name}': 's3://<bucket>/<prefix>/{name}'}})")
+    if not class_folders(path):
+        sys.exit(f"channel '{name}' ({path}) holds no class folders: it must hold <class>/<image> files")
+    return path
+
+
+def class_folders(root):
+    return sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+
+
+class ImageFiles(Dataset):
+    """The images under root/<class>/, listed by name and decoded when read: item i is a
+    (1, S, S) float32 tensor in [0, 1] and its int64 label."""
+
+    def __init__(self, root, image_size, classes):
+        self.image_size = image_size
+        self.files = [(os.path.join(root, name, file), label) for label, name in enumerate(classes)
+                      if os.path.isdir(os.path.join(root, name))
+                      for file in sorted(os.listdir(os.path.join(root, name)))]
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, index):
+        path, label = self.files[index]
+        with Image.open(path) as image:
+            pixels = image.convert("L").resize((self.image_size, self.image_size), Image.BILINEAR)
+        return torch.from_numpy(np.asarray(pixels, dtype=np.float32)[None] / 255.0), label
 
 
 class Net(torch.nn.Module):
@@ -80,11 +111,14 @@ def main():
     if device.type == "cuda":
         torch.cuda.set_device(device)
 
-    x_train, y_train, classes = load_image_folder(args.train, args.image_size)
-    x_val, y_val, _ = load_image_folder(args.validation, args.image_size, classes)
-    steps = len(x_train) // hvd.size() // args.batch_size   # the same on every rank: the smallest shard's
-    x_train, y_train = x_train[hvd.rank()::hvd.size()], y_train[hvd.rank()::hvd.size()]   # this rank's shard
-    x_val, y_val = x_val[hvd.rank()::hvd.size()], y_val[hvd.rank()::hvd.size()]
+    classes = class_folders(channel_dir(args.train, "training"))
+    train_files = ImageFiles(args.train, args.image_size, classes)
+    val_files = ImageFiles(channel_dir(args.validation, "validation"), args.image_size, classes)
+    steps = len(train_files) // hvd.size() // args.batch_size   # the same on every rank: the smallest shard's
+    shard = Subset(train_files, range(hvd.rank(), len(train_files), hvd.size()))   # this rank's files
+    val_loader = DataLoader(Subset(val_files, range(hvd.rank(), len(val_files), hvd.size())), batch_size=256,
+                            num_workers=args.workers)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
     model = Net(len(classes), args.image_size).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
@@ -107,17 +141,21 @@ def main():
 
     for epoch in range(first_epoch, args.epochs + 1):
         model.train()
-        order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
-        for step in range(steps):
-            batch = order[step * args.batch_size:(step + 1) * args.batch_size]
+        order = torch.randperm(len(shard), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
+        batches = [order[step * args.batch_size:(step + 1) * args.batch_size].tolist() for step in range(steps)]
+        for images, labels in DataLoader(shard, batch_sampler=batches, num_workers=args.workers):
             optimizer.zero_grad()
-            loss = F.cross_entropy(model(x_train[batch].to(device)), y_train[batch].to(device))
+            with autocast:
+                loss = F.cross_entropy(model(images.to(device)), labels.to(device))
             loss.backward()
             optimizer.step()
         model.eval()
-        with torch.no_grad():
-            correct = (model(x_val.to(device)).argmax(1).cpu() == y_val).sum()
-        totals = hvd.allreduce(torch.tensor([correct.item(), len(y_val)], dtype=torch.float64), op=hvd.Sum)
+        correct = seen = 0
+        with torch.no_grad(), autocast:
+            for images, labels in val_loader:
+                correct += (model(images.to(device)).argmax(1).cpu() == labels).sum().item()
+                seen += len(labels)
+        totals = hvd.allreduce(torch.tensor([correct, seen], dtype=torch.float64), op=hvd.Sum)
         if hvd.rank() == 0:
             print(f"epoch={epoch}/{args.epochs} loss={loss.item():.4f} val_accuracy={(totals[0] / totals[1]):.4f}",
                   flush=True)
