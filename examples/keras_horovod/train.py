@@ -71,6 +71,20 @@ def build_model(classes, image_size):
     ])
 
 
+class PrintMetrics(tf.keras.callbacks.Callback):
+    """Rank 0 prints one line as each epoch ends (for an estimator's metric_definitions): after
+    MetricAverageCallback, so the figures are every rank's average."""
+
+    def __init__(self, epochs):
+        super().__init__()
+        self.epochs = epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        print(f"epoch={epoch + 1}/{self.epochs} loss={logs.get('loss', float('nan')):.4f} "
+              f"val_accuracy={logs.get('val_accuracy', float('nan')):.4f}", flush=True)
+
+
 class Checkpoint(tf.keras.callbacks.Callback):
     """Rank 0 writes the weights and the epoch after every epoch (temporary file, then rename)."""
 
@@ -120,12 +134,9 @@ def main():
                .shuffle(len(x_train), seed=args.seed).batch(args.batch_size, drop_remainder=True).repeat())
     callbacks = [hvd.callbacks.MetricAverageCallback()]   # epoch metrics averaged over the ranks
     if hvd.rank() == 0:
-        callbacks.append(Checkpoint(args.checkpoint_dir))
-    history = model.fit(dataset, steps_per_epoch=steps, epochs=args.epochs, initial_epoch=initial_epoch,
-                        validation_data=(x_val, y_val), callbacks=callbacks, verbose=0)
-    if hvd.rank() == 0:
-        for epoch, accuracy in zip(history.epoch, history.history.get("val_accuracy", []), strict=True):
-            print(f"epoch={epoch + 1}/{args.epochs} val_accuracy={accuracy:.4f}", flush=True)
+        callbacks += [PrintMetrics(args.epochs), Checkpoint(args.checkpoint_dir)]
+    model.fit(dataset, steps_per_epoch=steps, epochs=args.epochs, initial_epoch=initial_epoch,
+              validation_data=(x_val, y_val), callbacks=callbacks, verbose=0)
 
     weights = b"".join(w.tobytes() for w in model.get_weights())
     print(f"rank={hvd.rank()} world_size={hvd.size()} weights_sha256={hashlib.sha256(weights).hexdigest()}", flush=True)
