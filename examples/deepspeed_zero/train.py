@@ -19,8 +19,10 @@ Hyperparameters arrive as `--name value` arguments.
 """
 
 import argparse
+import glob
 import hashlib
 import os
+import shutil
 
 import deepspeed
 import numpy as np
@@ -120,6 +122,11 @@ def main():
             print(f"epoch={epoch}/{args.epochs} zero_stage={args.zero_stage} loss={loss.item():.4f} "
                   f"val_accuracy={(totals[0] / totals[1]):.4f}", flush=True)
         engine.save_checkpoint(args.checkpoint_dir, tag=f"epoch-{epoch}", client_state={"epoch": epoch})
+        dist.barrier()   # every rank's shards of this epoch are written: the older epochs can go
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:   # each host's own folder (a shared one: harmless twice)
+            for old in glob.glob(os.path.join(args.checkpoint_dir, "epoch-*")):
+                if os.path.basename(old) != f"epoch-{epoch}":
+                    shutil.rmtree(old, ignore_errors=True)
 
     # ZeRO-3 keeps a shard of every parameter on each rank: gather them to save the whole model
     with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
