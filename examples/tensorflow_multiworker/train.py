@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -95,8 +96,9 @@ def main():
         loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch)
-    # the chief writes to the checkpoint directory, the other workers to a directory they delete
-    write_dir = args.checkpoint_dir if is_chief else os.path.join(args.checkpoint_dir, f".worker-{task['index']}")
+    # the chief writes to the checkpoint directory, the other workers to a directory of their own
+    # outside it (SageMaker uploads what appears in /opt/ml/checkpoints), which they delete
+    write_dir = args.checkpoint_dir if is_chief else tempfile.mkdtemp(prefix=f"checkpoint-worker-{task['index']}-")
     manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=1)
     latest = tf.train.latest_checkpoint(args.checkpoint_dir)
     if latest:
@@ -133,7 +135,7 @@ def main():
     print(f"rank={task['index']} world_size={strategy.num_replicas_in_sync} "
           f"weights_sha256={hashlib.sha256(weights).hexdigest()}", flush=True)
     # every worker saves (a collective as well); the chief's copy goes to the model directory
-    saved = os.path.join(args.model_dir, "1") if is_chief else os.path.join("/tmp", f"model-worker-{task['index']}")
+    saved = os.path.join(args.model_dir, "1") if is_chief else tempfile.mkdtemp(prefix=f"model-worker-{task['index']}-")
     model.save(saved, save_format="tf")
     if not is_chief:
         shutil.rmtree(saved, ignore_errors=True)
