@@ -9,9 +9,11 @@ asynchronously.
 
 What it reads (SageMaker's training environment):
   TF_CONFIG                                  set by the image (task type `chief` here)
-  SM_CHANNEL_TRAINING, SM_CHANNEL_VALIDATION  image folders: <channel>/<class>/<image>.png (read by
-                                             the chief; the training images travel to the workers
-                                             inside the dataset function)
+  SM_CHANNEL_TRAINING, SM_CHANNEL_VALIDATION  image folders: <channel>/<class>/<image>.png; the
+                                             chief lists the training files, and each worker reads
+                                             and decodes them from its own host's copy of the
+                                             channel (FullyReplicated: the same paths on every
+                                             host); the chief reads the validation images
   SM_MODEL_DIR                               the SavedModel goes to <model dir>/1
   /opt/ml/checkpoints                        synced with checkpoint_s3_uri: a restarted job resumes
 Hyperparameters arrive as `--name value` arguments; SageMaker's TensorFlow estimator also passes
@@ -61,6 +63,16 @@ def load_image_folder(root, image_size, classes=None):
     return np.stack(images)[..., None], np.array(labels), classes
 
 
+def list_image_folder(root, classes):
+    """The files under root/<class>/ and their int64 labels: names only, nothing decoded."""
+    files, labels = [], []
+    for label, name in enumerate(classes):
+        for file in sorted(os.listdir(os.path.join(root, name))):
+            files.append(os.path.join(root, name, file))
+            labels.append(label)
+    return files, np.array(labels)
+
+
 def build_model(classes, image_size):
     return tf.keras.Sequential([
         tf.keras.layers.Conv2D(16, 3, padding="same", activation="relu", input_shape=(image_size, image_size, 1)),
@@ -79,12 +91,18 @@ def main():
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     tf.keras.utils.set_random_seed(args.seed)
 
-    x_train, y_train, classes = load_image_folder(args.train, args.image_size)
+    classes = sorted(d for d in os.listdir(args.train) if os.path.isdir(os.path.join(args.train, d)))
+    files, labels = list_image_folder(args.train, classes)
     x_val, y_val, _ = load_image_folder(args.validation, args.image_size, classes)
-    steps = len(x_train) // args.batch_size
+    steps = len(files) // args.batch_size
+    size = args.image_size
 
-    def dataset_fn():   # runs on each worker: its own shuffled stream of batches
-        return (tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(len(x_train)).repeat()
+    def dataset_fn():   # runs on each worker: its own shuffled stream of batches, decoded there
+        def decode(path, label):   # grayscale in [0, 1], resized bilinearly
+            image = tf.io.decode_image(tf.io.read_file(path), channels=1, dtype=tf.float32, expand_animations=False)
+            return tf.image.resize(image, (size, size), antialias=True), label
+        return (tf.data.Dataset.from_tensor_slices((files, labels)).shuffle(len(files)).repeat()
+                .map(decode, num_parallel_calls=tf.data.AUTOTUNE)
                 .batch(args.batch_size, drop_remainder=True).prefetch(2))
 
     with strategy.scope():   # the variables live on the parameter servers
