@@ -9,6 +9,9 @@ The optimizer is DeepSpeed's Adam with `torch_adam` (torch's implementation): De
 CPU Adam would be compiled at run time, and the image has no compiler. The one op DeepSpeed
 compiles for every CPU job (its shared-memory collectives) is prebuilt in the image.
 
+Every rank lists the channel's files and decodes only the images of its own shard, as it reads
+them (a Dataset over file names, DataLoader workers decoding beside the training).
+
 What it reads (SageMaker's training environment):
   SM_CHANNEL_TRAINING, SM_CHANNEL_VALIDATION  image folders: <channel>/<class>/<image>.png
   SM_MODEL_DIR                               rank 0 writes the gathered model, model.pt
@@ -23,6 +26,7 @@ import glob
 import hashlib
 import os
 import shutil
+import sys
 
 import deepspeed
 import numpy as np
@@ -30,7 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from PIL import Image
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 CHECKPOINT_DIR = "/opt/ml/checkpoints"
 
@@ -43,6 +47,7 @@ def parse_args():
     parser.add_argument("--lr", type=float, default=0.002)
     parser.add_argument("--image-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader processes decoding images, per rank")
     parser.add_argument("--train", default=os.environ.get("SM_CHANNEL_TRAINING"))
     parser.add_argument("--validation", default=os.environ.get("SM_CHANNEL_VALIDATION"))
     parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
@@ -50,17 +55,38 @@ def parse_args():
     return parser.parse_args()
 
 
-def load_image_folder(root, image_size, classes=None):
-    """All images under root/<class>/ as (N, 1, S, S) float32 in [0, 1] and (N,) int64 labels."""
-    classes = classes or sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    images, labels = [], []
-    for label, name in enumerate(classes):
-        for file in sorted(os.listdir(os.path.join(root, name))):
-            with Image.open(os.path.join(root, name, file)) as image:
-                pixels = image.convert("L").resize((image_size, image_size), Image.BILINEAR)
-            images.append(np.asarray(pixels, dtype=np.float32) / 255.0)
-            labels.append(label)
-    return torch.from_numpy(np.stack(images)[:, None]), torch.tensor(labels), classes
+def channel_dir(path, name):
+    """The channel's directory; a missing or empty channel ends the job with a sentence naming it."""
+    if not path or not os.path.isdir(path):
+        sys.exit(f"channel '{name}' is missing (SM_CHANNEL_{name.upper()} is not set or not a directory): "
+                 f"pass it to fit(), e.g. fit({{'{name}': 's3://<bucket>/<prefix>/{name}'}})")
+    if not class_folders(path):
+        sys.exit(f"channel '{name}' ({path}) holds no class folders: it must hold <class>/<image> files")
+    return path
+
+
+def class_folders(root):
+    return sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+
+
+class ImageFiles(Dataset):
+    """The images under root/<class>/, listed by name and decoded when read: item i is a
+    (1, S, S) float32 tensor in [0, 1] and its int64 label."""
+
+    def __init__(self, root, image_size, classes):
+        self.image_size = image_size
+        self.files = [(os.path.join(root, name, file), label) for label, name in enumerate(classes)
+                      if os.path.isdir(os.path.join(root, name))
+                      for file in sorted(os.listdir(os.path.join(root, name)))]
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, index):
+        path, label = self.files[index]
+        with Image.open(path) as image:
+            pixels = image.convert("L").resize((self.image_size, self.image_size), Image.BILINEAR)
+        return torch.from_numpy(np.asarray(pixels, dtype=np.float32)[None] / 255.0), label
 
 
 class Net(torch.nn.Module):
@@ -83,11 +109,14 @@ def main():
     rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
 
-    x_train, y_train, classes = load_image_folder(args.train, args.image_size)
-    x_val, y_val, _ = load_image_folder(args.validation, args.image_size, classes)
-    sampler = DistributedSampler(TensorDataset(x_train, y_train), seed=args.seed, drop_last=True)
-    loader = DataLoader(TensorDataset(x_train, y_train), batch_size=args.batch_size, sampler=sampler, drop_last=True)
-    x_val, y_val = x_val[rank::world_size], y_val[rank::world_size]
+    classes = class_folders(channel_dir(args.train, "training"))
+    train_files = ImageFiles(args.train, args.image_size, classes)
+    sampler = DistributedSampler(train_files, seed=args.seed, drop_last=True)
+    loader = DataLoader(train_files, batch_size=args.batch_size, sampler=sampler, drop_last=True,
+                        num_workers=args.workers)
+    val_files = ImageFiles(channel_dir(args.validation, "validation"), args.image_size, classes)
+    val_loader = DataLoader(Subset(val_files, range(rank, len(val_files), world_size)), batch_size=256,
+                            num_workers=args.workers)
 
     config = {
         "train_micro_batch_size_per_gpu": args.batch_size,
@@ -114,9 +143,12 @@ def main():
             engine.backward(loss)
             engine.step()
         engine.eval()
+        correct = seen = 0
         with torch.no_grad():
-            correct = (engine(x_val.to(engine.device)).argmax(1).cpu() == y_val).sum().item()
-        totals = torch.tensor([correct, len(y_val)], dtype=torch.float64, device=engine.device)
+            for images, labels in val_loader:
+                correct += (engine(images.to(engine.device)).argmax(1).cpu() == labels).sum().item()
+                seen += len(labels)
+        totals = torch.tensor([correct, seen], dtype=torch.float64, device=engine.device)
         dist.all_reduce(totals)
         if rank == 0:
             print(f"epoch={epoch}/{args.epochs} zero_stage={args.zero_stage} loss={loss.item():.4f} "
