@@ -7,6 +7,9 @@ DistributedOptimizer averages the gradients, and rank 0 writes checkpoints and t
 The image sets TF_USE_LEGACY_KERAS=1, so `tf.keras` is tf-keras (Keras 2), which Horovod's
 Keras API supports.
 
+Every rank lists the channel's files and reads and decodes only its own shard, as it trains
+(`tf.data` from file names), so a channel larger than a host's memory trains too.
+
 What it reads (SageMaker's training environment):
   SM_CHANNEL_TRAINING, SM_CHANNEL_VALIDATION  image folders: <channel>/<class>/<image>.png
   SM_MODEL_DIR                               the SavedModel goes to <model dir>/1 (TF Serving layout)
@@ -22,12 +25,12 @@ import argparse
 import hashlib
 import json
 import os
+import sys
 
 import horovod.tensorflow as hvd_core  # broadcast_object, broadcast_variables, allreduce: Horovod's core TF API
 import horovod.tensorflow.keras as hvd
 import numpy as np
 import tensorflow as tf
-from PIL import Image
 
 CHECKPOINT_DIR = "/opt/ml/checkpoints"
 
@@ -47,17 +50,37 @@ def parse_args():
     return parser.parse_args()
 
 
-def load_image_folder(root, image_size, classes=None):
-    """All images under root/<class>/ as (N, S, S, 1) float32 in [0, 1] and (N,) int64 labels."""
-    classes = classes or sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    images, labels = [], []
+def channel_dir(path, name):
+    """The channel's directory; a missing or empty channel ends the job with a sentence naming it."""
+    if not path or not os.path.isdir(path):
+        sys.exit(f"channel '{name}' is missing (SM_CHANNEL_{name.upper()} is not set or not a directory): "
+                 f"pass it to fit(), e.g. fit({{'{name}': 's3://<bucket>/<prefix>/{name}'}})")
+    if not class_folders(path):
+        sys.exit(f"channel '{name}' ({path}) holds no class folders: it must hold <class>/<image> files")
+    return path
+
+
+def class_folders(root):
+    return sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+
+
+def list_image_folder(root, classes):
+    """The files under root/<class>/ and their int64 labels: names only, nothing decoded."""
+    files, labels = [], []
     for label, name in enumerate(classes):
         for file in sorted(os.listdir(os.path.join(root, name))):
-            with Image.open(os.path.join(root, name, file)) as image:
-                pixels = image.convert("L").resize((image_size, image_size), Image.BILINEAR)
-            images.append(np.asarray(pixels, dtype=np.float32) / 255.0)
+            files.append(os.path.join(root, name, file))
             labels.append(label)
-    return np.stack(images)[..., None], np.array(labels), classes
+    return np.array(files), np.array(labels)
+
+
+def decoder(image_size):
+    """A tf.data map function: (path, label) -> ((S, S, 1) float32 image in [0, 1], label), the
+    image read, made grayscale and resized bilinearly when the pipeline reaches it."""
+    def decode(path, label):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=1, dtype=tf.float32, expand_animations=False)
+        return tf.image.resize(image, (image_size, image_size), antialias=True), label
+    return decode
 
 
 def build_model(classes, image_size):
@@ -109,11 +132,13 @@ def main():
         tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
     tf.keras.utils.set_random_seed(args.seed)
 
-    x_train, y_train, classes = load_image_folder(args.train, args.image_size)
-    x_val, y_val, _ = load_image_folder(args.validation, args.image_size, classes)
-    steps = len(x_train) // hvd.size() // args.batch_size   # the same on every rank: the smallest shard's
-    x_train, y_train = x_train[hvd.rank()::hvd.size()], y_train[hvd.rank()::hvd.size()]   # this rank's shard
-    x_val, y_val = x_val[hvd.rank()::hvd.size()], y_val[hvd.rank()::hvd.size()]
+    classes = class_folders(channel_dir(args.train, "training"))
+    train_files, train_labels = list_image_folder(args.train, classes)
+    val_files, val_labels = list_image_folder(channel_dir(args.validation, "validation"), classes)
+    steps = len(train_files) // hvd.size() // args.batch_size   # the same on every rank: the smallest shard's
+    shard = slice(hvd.rank(), None, hvd.size())   # this rank's files
+    train_files, train_labels, val_files, val_labels = (train_files[shard], train_labels[shard], val_files[shard],
+                                                        val_labels[shard])
 
     model = build_model(len(classes), args.image_size)
     optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(args.lr * hvd.size(), momentum=0.9))
@@ -130,13 +155,16 @@ def main():
     initial_epoch = hvd_core.broadcast_object(initial_epoch, root_rank=0)
     hvd_core.broadcast_variables(model.variables, root_rank=0)   # rank 0's weights, before the first step
 
-    dataset = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
-               .shuffle(len(x_train), seed=args.seed).batch(args.batch_size, drop_remainder=True).repeat())
+    decode = decoder(args.image_size)
+    dataset = (tf.data.Dataset.from_tensor_slices((train_files, train_labels)).shuffle(len(train_files), seed=args.seed)
+               .map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+               .batch(args.batch_size, drop_remainder=True).repeat().prefetch(2))
+    validation = tf.data.Dataset.from_tensor_slices((val_files, val_labels)).map(decode).batch(256)
     callbacks = [hvd.callbacks.MetricAverageCallback()]   # epoch metrics averaged over the ranks
     if hvd.rank() == 0:
         callbacks += [PrintMetrics(args.epochs), Checkpoint(args.checkpoint_dir)]
     model.fit(dataset, steps_per_epoch=steps, epochs=args.epochs, initial_epoch=initial_epoch,
-              validation_data=(x_val, y_val), callbacks=callbacks, verbose=0)
+              validation_data=validation, callbacks=callbacks, verbose=0)
 
     weights = b"".join(w.tobytes() for w in model.get_weights())
     print(f"rank={hvd.rank()} world_size={hvd.size()} weights_sha256={hashlib.sha256(weights).hexdigest()}", flush=True)
