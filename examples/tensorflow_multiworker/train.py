@@ -5,6 +5,10 @@ image starts this script once per host with TF_CONFIG naming every host as a wor
 one is the chief). Every worker holds a replica of the model; each step, each replica takes its
 part of the global batch and the gradients are all-reduced (collective ops over gRPC).
 
+Every worker lists the channel's files, takes its shard of them (`distribute_datasets_from_function`:
+one input pipeline per worker) and reads and decodes only those as it trains (`tf.data` from
+file names), so a channel larger than a host's memory trains too.
+
 What it reads (SageMaker's training environment):
   TF_CONFIG                                  set by the image: the workers and this one's index
   SM_CHANNEL_TRAINING, SM_CHANNEL_VALIDATION  image folders: <channel>/<class>/<image>.png
@@ -22,11 +26,11 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 
 import numpy as np
 import tensorflow as tf
-from PIL import Image
 
 CHECKPOINT_DIR = "/opt/ml/checkpoints"
 
@@ -46,17 +50,37 @@ def parse_args():
     return parser.parse_args()
 
 
-def load_image_folder(root, image_size, classes=None):
-    """All images under root/<class>/ as (N, S, S, 1) float32 in [0, 1] and (N,) int64 labels."""
-    classes = classes or sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    images, labels = [], []
+def channel_dir(path, name):
+    """The channel's directory; a missing or empty channel ends the job with a sentence naming it."""
+    if not path or not os.path.isdir(path):
+        sys.exit(f"channel '{name}' is missing (SM_CHANNEL_{name.upper()} is not set or not a directory): "
+                 f"pass it to fit(), e.g. fit({{'{name}': 's3://<bucket>/<prefix>/{name}'}})")
+    if not class_folders(path):
+        sys.exit(f"channel '{name}' ({path}) holds no class folders: it must hold <class>/<image> files")
+    return path
+
+
+def class_folders(root):
+    return sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+
+
+def list_image_folder(root, classes):
+    """The files under root/<class>/ and their int64 labels: names only, nothing decoded."""
+    files, labels = [], []
     for label, name in enumerate(classes):
         for file in sorted(os.listdir(os.path.join(root, name))):
-            with Image.open(os.path.join(root, name, file)) as image:
-                pixels = image.convert("L").resize((image_size, image_size), Image.BILINEAR)
-            images.append(np.asarray(pixels, dtype=np.float32) / 255.0)
+            files.append(os.path.join(root, name, file))
             labels.append(label)
-    return np.stack(images)[..., None], np.array(labels), classes
+    return np.array(files), np.array(labels)
+
+
+def decoder(image_size):
+    """A tf.data map function: (path, label) -> ((S, S, 1) float32 image in [0, 1], label), the
+    image read, made grayscale and resized bilinearly when the pipeline reaches it."""
+    def decode(path, label):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=1, dtype=tf.float32, expand_animations=False)
+        return tf.image.resize(image, (image_size, image_size), antialias=True), label
+    return decode
 
 
 def build_model(classes, image_size):
@@ -77,17 +101,22 @@ def main():
     is_chief = task["index"] == 0
     tf.keras.utils.set_random_seed(args.seed)
 
-    x_train, y_train, classes = load_image_folder(args.train, args.image_size)
-    x_val, y_val, _ = load_image_folder(args.validation, args.image_size, classes)
+    classes = class_folders(channel_dir(args.train, "training"))
+    train_files, train_labels = list_image_folder(args.train, classes)
+    val_files, val_labels = list_image_folder(channel_dir(args.validation, "validation"), classes)
+    decode = decoder(args.image_size)
     global_batch = args.batch_size * strategy.num_replicas_in_sync
-    steps = len(x_train) // global_batch
-    dataset = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
-               .shuffle(len(x_train), seed=args.seed, reshuffle_each_iteration=True)
-               .batch(global_batch, drop_remainder=True).repeat())
-    # every worker reads the whole channel and takes its own part of each global batch
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    iterator = iter(strategy.experimental_distribute_dataset(dataset.with_options(options)))
+    steps = len(train_files) // global_batch
+
+    def dataset_fn(context):   # this worker's pipeline: its shard of the files, decoded as it trains
+        return (tf.data.Dataset.from_tensor_slices((train_files, train_labels))
+                .shard(context.num_input_pipelines, context.input_pipeline_id)
+                .shuffle(len(train_files), seed=args.seed, reshuffle_each_iteration=True).repeat()
+                .map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+                .batch(context.get_per_replica_batch_size(global_batch), drop_remainder=True).prefetch(2))
+
+    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    validation = tf.data.Dataset.from_tensor_slices((val_files, val_labels)).map(decode).batch(256)
 
     with strategy.scope():
         model = build_model(len(classes), args.image_size)
@@ -123,7 +152,8 @@ def main():
         for _ in range(steps):
             loss = train_step(iterator)
         epoch.assign_add(1)
-        accuracy = np.mean(np.argmax(model.predict(x_val, verbose=0), axis=1) == y_val)
+        accuracy = np.mean(np.concatenate([np.argmax(model(images, training=False), axis=1) == labels
+                                           for images, labels in validation.as_numpy_iterator()]))
         if is_chief:
             print(f"epoch={int(epoch.numpy())}/{args.epochs} loss={float(loss):.4f} val_accuracy={accuracy:.4f}",
                   flush=True)
