@@ -5,7 +5,8 @@ Run with no distribution and `instance_count` = the number of models: SageMaker 
 in SM_HOSTS (here: one learning rate from `--learning-rates`), trains a PyTorch model on the
 whole training channel by itself (no communication between hosts), and writes its model and
 metrics under a directory named after the host: SageMaker merges every host's /opt/ml/model
-into one model.tar.gz, so the names must not clash.
+into one model.tar.gz, so the names must not clash. The images are listed by name and decoded
+as they are read (a Dataset over file names, DataLoader workers), not held in memory.
 
 What it reads (SageMaker's training environment):
   SM_HOSTS, SM_CURRENT_HOST                   the job's hosts (sorted) and this one
@@ -18,11 +19,13 @@ Hyperparameters arrive as `--name value` arguments.
 import argparse
 import json
 import os
+import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from torch.utils.data import DataLoader, Dataset
 
 CHECKPOINT_DIR = "/opt/ml/checkpoints"
 
@@ -39,20 +42,42 @@ def parse_args():
     parser.add_argument("--validation", default=os.environ.get("SM_CHANNEL_VALIDATION"))
     parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "/opt/ml/model"))
     parser.add_argument("--checkpoint-dir", default=CHECKPOINT_DIR)
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader processes decoding images")
     return parser.parse_args()
 
 
-def load_image_folder(root, image_size, classes=None):
-    """All images under root/<class>/ as (N, 1, S, S) float32 in [0, 1] and (N,) int64 labels."""
-    classes = classes or sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    images, labels = [], []
-    for label, name in enumerate(classes):
-        for file in sorted(os.listdir(os.path.join(root, name))):
-            with Image.open(os.path.join(root, name, file)) as image:
-                pixels = image.convert("L").resize((image_size, image_size), Image.BILINEAR)
-            images.append(np.asarray(pixels, dtype=np.float32) / 255.0)
-            labels.append(label)
-    return torch.from_numpy(np.stack(images)[:, None]), torch.tensor(labels), classes
+def channel_dir(path, name):
+    """The channel's directory; a missing or empty channel ends the job with a sentence naming it."""
+    if not path or not os.path.isdir(path):
+        sys.exit(f"channel '{name}' is missing (SM_CHANNEL_{name.upper()} is not set or not a directory): "
+                 f"pass it to fit(), e.g. fit({{'{name}': 's3://<bucket>/<prefix>/{name}'}})")
+    if not class_folders(path):
+        sys.exit(f"channel '{name}' ({path}) holds no class folders: it must hold <class>/<image> files")
+    return path
+
+
+def class_folders(root):
+    return sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+
+
+class ImageFiles(Dataset):
+    """The images under root/<class>/, listed by name and decoded when read: item i is a
+    (1, S, S) float32 tensor in [0, 1] and its int64 label."""
+
+    def __init__(self, root, image_size, classes):
+        self.image_size = image_size
+        self.files = [(os.path.join(root, name, file), label) for label, name in enumerate(classes)
+                      if os.path.isdir(os.path.join(root, name))
+                      for file in sorted(os.listdir(os.path.join(root, name)))]
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, index):
+        path, label = self.files[index]
+        with Image.open(path) as image:
+            pixels = image.convert("L").resize((self.image_size, self.image_size), Image.BILINEAR)
+        return torch.from_numpy(np.asarray(pixels, dtype=np.float32)[None] / 255.0), label
 
 
 class Net(torch.nn.Module):
@@ -81,8 +106,10 @@ def main():
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
-    x_train, y_train, classes = load_image_folder(args.train, args.image_size)
-    x_val, y_val, _ = load_image_folder(args.validation, args.image_size, classes)
+    classes = class_folders(channel_dir(args.train, "training"))
+    train_files = ImageFiles(args.train, args.image_size, classes)
+    val_loader = DataLoader(ImageFiles(channel_dir(args.validation, "validation"), args.image_size, classes),
+                            batch_size=256, num_workers=args.workers)
     model = Net(len(classes), args.image_size).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
 
@@ -97,16 +124,21 @@ def main():
 
     def evaluate():
         model.eval()
+        correct = seen = 0
         with torch.no_grad():
-            return (model(x_val.to(device)).argmax(1).cpu() == y_val).float().mean().item()
+            for images, labels in val_loader:
+                correct += (model(images.to(device)).argmax(1).cpu() == labels).sum().item()
+                seen += len(labels)
+        return correct / seen
 
     for epoch in range(first_epoch, args.epochs + 1):
         model.train()
-        order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
-        for start in range(0, len(order) - args.batch_size + 1, args.batch_size):
-            batch = order[start:start + args.batch_size]
+        order = torch.randperm(len(train_files), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
+        batches = [order[start:start + args.batch_size].tolist()
+                   for start in range(0, len(order) - args.batch_size + 1, args.batch_size)]
+        for images, labels in DataLoader(train_files, batch_sampler=batches, num_workers=args.workers):
             optimizer.zero_grad()
-            F.cross_entropy(model(x_train[batch].to(device)), y_train[batch].to(device)).backward()
+            F.cross_entropy(model(images.to(device)), labels.to(device)).backward()
             optimizer.step()
         print(f"{host}: lr={lr} epoch={epoch}/{args.epochs} val_accuracy={evaluate():.4f}", flush=True)
         os.makedirs(os.path.dirname(checkpoint), exist_ok=True)
