@@ -26,6 +26,7 @@ checkpoint (one .npz: weights, optimizer state, epoch) and the model (a local co
 
 import argparse
 import os
+import sys
 import tempfile
 
 import numpy as np
@@ -63,6 +64,16 @@ def load_image_folder(root, image_size, classes=None):
     return np.stack(images)[..., None], np.array(labels), classes
 
 
+def channel_dir(path, name):
+    """The channel's directory; a missing or empty channel ends the job with a sentence naming it."""
+    if not path or not os.path.isdir(path):
+        sys.exit(f"channel '{name}' is missing (SM_CHANNEL_{name.upper()} is not set or not a directory): "
+                 f"pass it to fit(), e.g. fit({{'{name}': 's3://<bucket>/<prefix>/{name}'}})")
+    if not any(os.path.isdir(os.path.join(path, d)) for d in os.listdir(path)):
+        sys.exit(f"channel '{name}' ({path}) holds no class folders: it must hold <class>/<image> files")
+    return path
+
+
 def list_image_folder(root, classes):
     """The files under root/<class>/ and their int64 labels: names only, nothing decoded."""
     files, labels = [], []
@@ -91,9 +102,10 @@ def main():
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     tf.keras.utils.set_random_seed(args.seed)
 
-    classes = sorted(d for d in os.listdir(args.train) if os.path.isdir(os.path.join(args.train, d)))
-    files, labels = list_image_folder(args.train, classes)
-    x_val, y_val, _ = load_image_folder(args.validation, args.image_size, classes)
+    root = channel_dir(args.train, "training")
+    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    files, labels = list_image_folder(root, classes)
+    x_val, y_val, _ = load_image_folder(channel_dir(args.validation, "validation"), args.image_size, classes)
     steps = len(files) // args.batch_size
     size = args.image_size
 
