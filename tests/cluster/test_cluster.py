@@ -27,6 +27,7 @@ from helpers import (
     PROGRAMS,
     RESUMING,
     STRATEGIES,
+    WORKER,
     assert_identical_weights,
     check_finished_two_host_job,
     check_two_host_job,
@@ -502,16 +503,21 @@ def test_a_host_cut_off_without_a_word_ends_every_host_within_a_minute(case, tmp
         assert result["hosts"][host]["failure"].startswith(f"host {other} stopped answering"), (host, log[-4000:])
 
 
-NEVER_STARTED = "10.213.38.99"
+# One subnet per pytest-xdist worker, beside CLUSTER's (10.213.50+N): two of the cases below ran
+# at once on two workers in a fresh-clone run (2026-11-28) and the second `podman network
+# create` of one shared 10.213.38.0/24 failed (exit 125), the subnet being in use.
+UNREACHABLE_SUBNET = f"10.213.{70 + int(WORKER[2:])}.0/24"
+NEVER_STARTED = UNREACHABLE_SUBNET.replace(".0/24", ".99")
 
 
 @pytest.fixture
 def unreachable_network():
-    """An internal network on which nothing answers at NEVER_STARTED."""
+    """An internal network (this worker's subnet) on which nothing answers at NEVER_STARTED."""
     name = f"dtc-test-{os.getpid()}"
     env = podman_env()
-    subprocess.run(["podman", "network", "create", "--internal", "--subnet", "10.213.38.0/24", name],
-                   check=True, capture_output=True, env=env)
+    created = subprocess.run(["podman", "network", "create", "--internal", "--subnet", UNREACHABLE_SUBNET, name],
+                             capture_output=True, text=True, env=env)
+    assert created.returncode == 0, created.stderr
     yield name
     subprocess.run(["podman", "network", "rm", "-f", name], capture_output=True, env=env)
 
