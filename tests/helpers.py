@@ -187,14 +187,14 @@ def free_port() -> int:
 
 
 def own_ports() -> dict[str, str]:
-    """Every ``DTC_*_PORT`` variable (``dtc_entrypoint.strategy.PORT_VARIABLES``) set to its own
+    """Every ``DTC_*_PORT`` variable (``dtc_entrypoint.launchers.ports``) set to its own
     free port (``free_ports``), for a `train` job on this machine: its launchers bind those ports
     here, where pytest-xdist runs several jobs at once (a second job on a default port, 7777 for
     torchrun or 8890 for MultiWorkerMirroredStrategy, fails with EADDRINUSE or "Could not start
     gRPC server"; on SageMaker each host is a container of its own)."""
-    from dtc_entrypoint.strategy import PORT_VARIABLES
+    from dtc_entrypoint import launchers
 
-    variables = [variable for variable, _ in PORT_VARIABLES.values()]
+    variables = [port.variable for port in launchers.ports()]
     return {variable: str(port) for variable, port in zip(variables, free_ports(len(variables)), strict=True)}
 
 

@@ -23,18 +23,16 @@ import psutil
 
 from . import config as job_config
 from . import (
+    env_settings,
     forensics,
-    host_identity,
     launch,
+    launchers,
     memory,
-    mpi_hosts,
     peers,
     program,
-    rank_shim,
     redact,
     report,
     stack_dump,
-    strategy,
     supervise,
 )
 from .errors import (
@@ -49,14 +47,14 @@ from .errors import (
     ProgramNotFoundError,
     StoppedBeforeLaunch,
 )
-from .plan import HOST_SPECIFIC_SM_VARS, flight_recorder_dir, heartbeat_file, stacks_dir
+from .plan import flight_recorder_dir, heartbeat_file, stacks_dir
 from .preflight.run import run as run_preflight
 
 log = logging.getLogger("dtc")
 # Under torchrun, how long a host whose peer's train has closed waits for its own training to end
 # before it counts the peer as lost (DTC_PEER_END_GRACE_S; _peer_watch).
 PEER_END_GRACE_S = 20.0
-# With a presence (PRESENCE_STRATEGIES), how long a host whose training failed answers the others'
+# With a presence (launchers.Launcher.presence), how long a host whose training failed answers the others'
 # watch with its failure line (peers.Presence.fail; they poll every 2 s), and how long a host whose own account is only
 # "host X stopped answering" waits for host X's line (DTC_PEER_NOTICE_WAIT_S).
 PRESENCE_LINGER_S = 6.0
@@ -68,8 +66,8 @@ MASTER_END_WAIT_S = 1800.0
 # A job waiting in Gloo, a lock or a sleep uses next to none (torchrun's agent polls its ranks).
 BUSY_CPU_S = 1.0
 
-KNOWN_FRAMEWORK_PARAMETERS = {
-    *strategy.STRATEGY_FLAGS, *strategy.UNSUPPORTED_FLAGS,
+# the sagemaker_* hyperparameters train reads besides the launchers' flags (launchers.flags)
+FRAMEWORK_PARAMETERS = {
     job_config.MPI_PROCESSES_PER_HOST, job_config.MPI_NUM_PROCESSES, job_config.MPI_CUSTOM_OPTIONS,
     job_config.PREFLIGHT, job_config.STALL_TIMEOUT, job_config.STALL_STARTUP_GRACE, job_config.STALL_ACTION,
     "sagemaker_instance_type", "sagemaker_distribution_instance_groups",
@@ -82,14 +80,6 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     if argv[:1] == ["train"]:  # `docker run IMAGE train` through an entry script passes it on
         argv = argv[1:]
     return parser.parse_args(argv)
-
-
-def _env_seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name, "")
-    try:
-        return float(raw) if raw else default
-    except ValueError as error:
-        raise ConfigError(f"{name}={raw!r} is not a number of seconds", key=name) from error
 
 
 def _plan_for(config: job_config.JobConfig, fetch: bool) -> tuple[program.Program, launch.LaunchPlan]:
@@ -128,57 +118,46 @@ def _peer_names(plan: launch.LaunchPlan, addresses: dict[str, str]) -> dict[str,
     return names
 
 
-# Strategies under which every host's train serves a peers.Presence: the hosts' user programs
-# wait for each other in collectives, so a stall or failure on one host is read on every host.
-PRESENCE_STRATEGIES = (strategy.TORCH_DISTRIBUTED, strategy.MULTI_WORKER_MIRRORED)
-
-
 def _has_presence(plan: launch.LaunchPlan) -> bool:
-    """Whether this job's hosts serve and watch each other's ``peers.Presence``."""
-    return len(plan.hosts) > 1 and plan.strategy in PRESENCE_STRATEGIES
+    """Whether this job's hosts serve and watch each other's ``peers.Presence``
+    (``launchers.Launcher.presence``, on several hosts): the hosts' user programs wait for each
+    other in collectives, so a stall or failure on one host is read on every host."""
+    return len(plan.hosts) > 1 and launchers.of(plan.strategy).presence
 
 
-def _peer_watch(plan: launch.LaunchPlan, current_host: str, ports: strategy.Ports):
+def _peer_watch(plan: launch.LaunchPlan, current_host: str, ports: launchers.Ports):
     """A ``supervise.run`` watch that reports the first other host whose server closes (or
-    stops answering: a machine that died silently closes no connection). On the master under
-    MPI the other hosts' sshd, which outlives their ranks: mpirun would otherwise wait on a
-    silently lost host's daemon until the job's MaxRuntime. On the parameter-server chief their
-    TensorFlow servers: the chief waits for a lost worker forever (ParameterServerStrategy waits
-    for workers to come back). Under torchrun, on every host, the other hosts' ``train``
-    (``peers.Presence`` on ``DTC_PRESENCE_PORT``): Gloo would wait for a silently lost host for
-    30 minutes, and a host whose training failed says why (``report.peer_failed``). Under
-    MultiWorkerMirrored, on every host, only what the other hosts' ``train`` says (a failure or a
-    stall): TensorFlow's heartbeats find a lost host, and a worker may end well before the chief
-    has written the model. ``None`` otherwise."""
+    stops answering: a machine that died silently closes no connection). With a presence
+    (``launchers.Launcher.presence``; torchrun, MultiWorkerMirrored), on every host, the other
+    hosts' ``train`` (``peers.Presence`` on ``DTC_PRESENCE_PORT``): a host whose training failed
+    says why (``report.peer_failed``); where a closed presence is a lost host
+    (``presence_close_is_loss``; torchrun: Gloo would wait for a silently lost host for 30
+    minutes) that too, while under MultiWorkerMirrored TensorFlow's heartbeats find a lost host
+    and a worker may end well before the chief has written the model. Otherwise, on the master,
+    the servers its launcher names (``master_watch``: MPI's sshd on the other hosts, the
+    parameter-server chief's TensorFlow servers). ``None`` otherwise."""
     if len(plan.hosts) < 2:
         return None
+    launcher = launchers.of(plan.strategy)
     others = [host for host in plan.hosts if host != current_host]
     endpoints = {}
     if _has_presence(plan):
-        endpoints = {(host, ports.presence): "train" for host in others}
-    elif plan.master_host != current_host:
-        return None
-    elif plan.strategy == strategy.MPI:
-        endpoints = {(host, mpi_hosts.SSH_PORT): "sshd" for host in others}
-    elif plan.role == "chief":
-        for job in ("worker", "ps"):
-            for index, task in enumerate(plan.tf_config["cluster"].get(job, [])):
-                host, _, port = task.rpartition(":")
-                if host != current_host:
-                    endpoints[(host, int(port))] = f"TensorFlow {job}:{index} server"
+        endpoints = {(host, ports["presence"]): "train" for host in others}
+    elif plan.master_host == current_host and launcher.master_watch:
+        endpoints = launcher.master_watch(plan, current_host)
     if not endpoints:
         return None
 
-    # torchrun: every host's train watches the others', and the first host whose training ends
-    # closes first, while the others' torchrun may still be leaving its exit barrier: they get a
-    # grace period to end on their own (a success is a success) before the host counts as lost.
-    torchrun = plan.strategy == strategy.TORCH_DISTRIBUTED
-    grace_s = _env_seconds("DTC_PEER_END_GRACE_S", PEER_END_GRACE_S) if torchrun else 0.0
+    # where a closed presence is a lost host (torchrun), the first host whose training ends closes
+    # first, while the others' torchrun may still be leaving its exit barrier: they get a grace
+    # period to end on their own (a success is a success) before the host counts as lost.
+    closes = launcher.presence_close_is_loss or not launcher.presence
+    grace_s = (env_settings.seconds("DTC_PEER_END_GRACE_S", PEER_END_GRACE_S)
+               if launcher.presence_close_is_loss else 0.0)
     presence = _has_presence(plan)
 
     def watch(done) -> str | None:
-        gone = peers.watch_until_one_closes(list(endpoints), stop=done, notices=presence,
-                                            closes=plan.strategy != strategy.MULTI_WORKER_MIRRORED)
+        gone = peers.watch_until_one_closes(list(endpoints), stop=done, notices=presence, closes=closes)
         if gone is None:
             return None
         if gone.notice:   # the host's training failed, and its train said why
@@ -199,24 +178,28 @@ def _stall_rule(config: job_config.JobConfig, plan: launch.LaunchPlan) -> superv
     failure's first line, then each process's main-thread frames.
 
     The master judges the job's progress by its own output (under MPI every rank's; otherwise its
-    ranks', rank 0 among them, which a stall anywhere stops too). Under torchrun and
-    MultiWorkerMirrored the other hosts, whose ranks print nothing in a healthy job, do not judge:
-    they read their ranks' stacks when the master reports a stall (``StallRule.judges``,
-    ``peers.Presence``). Other strategies' other hosts have no rule: under MPI the master reads
-    their ranks' stacks itself, and the parameter-server hosts run no user code."""
+    ranks', rank 0 among them, which a stall anywhere stops too). With a presence
+    (``launchers.Launcher.presence``: torchrun, MultiWorkerMirrored) the other hosts, whose ranks
+    print nothing in a healthy job, do not judge: they read their ranks' stacks when the master
+    reports a stall (``StallRule.judges``, ``peers.Presence``). Other launchers' other hosts have
+    no rule: under MPI the master reads their ranks' stacks itself (``peer_stacks``), and the
+    parameter-server hosts run no user code. A launcher whose waiting ranks spin
+    (``output_is_progress``: MPI) counts only output as progress, less its ``quiet`` lines
+    (Horovod's stall warnings: ``launch_mpi.horovod_stall_env``); the others count a busy CPU too."""
     if not config.stall_timeout_s:
         return None
     judges = config.is_master
     if not judges and not _has_presence(plan):
         return None
+    launcher = launchers.of(plan.strategy)
 
     def read_stacks() -> forensics.Reading:
         # under MPI through mpirun, which passes the signal to every rank on every host; the other
-        # hosts' dumps are copied here over ssh (each host also keeps its own: _serve_mpi_worker)
+        # hosts' dumps are copied here over ssh (each host also keeps its own: mpi_job.serve_worker)
         mpirun = [p.pid for p in psutil.Process().children(recursive=True) if p.name() in ("mpirun", "orterun")]
         paths = stack_dump.request(stacks_dir(config), via=mpirun[0] if mpirun else None)
-        if plan.strategy == strategy.MPI:
-            paths += mpi_hosts.fetch_stacks([h for h in plan.hosts if h != config.current_host], stacks_dir(config))
+        if launcher.peer_stacks:
+            paths += launcher.peer_stacks([h for h in plan.hosts if h != config.current_host], stacks_dir(config))
         return forensics.read(paths, config.output_dir, config.current_host)
 
     def on_stall(idle_s: float, stderr_tail: Sequence[str]) -> str:
@@ -226,13 +209,10 @@ def _stall_rule(config: job_config.JobConfig, plan: launch.LaunchPlan) -> superv
                           f"no heartbeat for {idle_s:.0f} s: {job_config.STALL_TIMEOUT}={config.stall_timeout_s}; "
                           f"every process's stacks in {reading.folder})", "", *reading.details]) + "\n"
 
-    # a silent job that computes is not stalled; MPI's waiting ranks spin, so under MPI only output
-    # counts, but not Horovod's stall warnings (launch_mpi.horovod_stall_env)
-    mpi = plan.strategy == strategy.MPI
+    # a silent job that computes is not stalled, unless its waiting ranks spin
     return supervise.StallRule(config.stall_timeout_s, config.stall_startup_grace_s, heartbeat_file(config),
-                               on_stall, judges, busy_cpu_s=None if mpi else BUSY_CPU_S,
-                               ends_job=config.stall_action == "end",
-                               quiet=report.horovod_stall_line if mpi else None)
+                               on_stall, judges, busy_cpu_s=None if launcher.output_is_progress else BUSY_CPU_S,
+                               ends_job=config.stall_action == "end", quiet=launcher.quiet)
 
 
 def _peer_notice(config: job_config.JobConfig, hosts: list[str], extra_s: float = 0.0) -> peers.Gone | None:
@@ -241,24 +221,24 @@ def _peer_notice(config: job_config.JobConfig, hosts: list[str], extra_s: float 
     A host whose presence does not answer now (lost, cut off, or done saying) is not waited for."""
     answering = []
     for host in hosts:
-        said = peers.failure_notice(host, config.ports.presence)
+        said = peers.failure_notice(host, config.ports["presence"])
         if said:
-            return peers.Gone(host, config.ports.presence, said)
+            return peers.Gone(host, config.ports["presence"], said)
         if said is not None:
             answering.append(host)
     if not answering:
         log.info("%s does not answer: no word on why its training failed", " or ".join(hosts))
         return None
-    wait_s = _env_seconds("DTC_PEER_NOTICE_WAIT_S", PEER_NOTICE_WAIT_S) + extra_s
+    wait_s = env_settings.seconds("DTC_PEER_NOTICE_WAIT_S", PEER_NOTICE_WAIT_S) + extra_s
     log.info("waiting up to %.0f s for %s to say why its training failed", wait_s, " or ".join(answering))
     deadline = time.monotonic() + wait_s
-    said = peers.watch_until_one_closes([(host, config.ports.presence) for host in answering], closed_checks=1,
+    said = peers.watch_until_one_closes([(host, config.ports["presence"]) for host in answering], closed_checks=1,
                                         notices=True, stop=lambda: time.monotonic() > deadline)
     return said if said is not None and said.notice else None
 
 
 def _hold_until_the_master_ends(config: job_config.JobConfig, plan: launch.LaunchPlan) -> None:
-    """On a host other than the master (``PRESENCE_STRATEGIES``) whose training succeeded: waits
+    """On a host other than the master (``launchers.Launcher.presence``) whose training succeeded: waits
     until the master's ``train`` has ended (its presence closed) or ``$DTC_MASTER_END_WAIT_S``
     (1800 s) have passed. Under MultiWorkerMirrored a worker ends as soon as its last step is done,
     while the chief may still be writing the model (TensorFlow's tutorials save on the chief only),
@@ -266,10 +246,10 @@ def _hold_until_the_master_ends(config: job_config.JobConfig, plan: launch.Launc
     other host's container, the chief's included, when one exits. MPI's worker hosts and
     parameter-server hosts already wait for the master; so does torchrun's exit barrier, within
     its own time. A master that does not answer (already gone) is not waited for."""
-    endpoint = (plan.master_host, config.ports.presence)
+    endpoint = (plan.master_host, config.ports["presence"])
     if peers.failure_notice(*endpoint) is None:
         return
-    wait_s = _env_seconds("DTC_MASTER_END_WAIT_S", MASTER_END_WAIT_S)
+    wait_s = env_settings.seconds("DTC_MASTER_END_WAIT_S", MASTER_END_WAIT_S)
     log.info("training ended here; waiting up to %.0f s for the master %s's train to end (it may still be writing "
              "the model)", wait_s, plan.master_host)
     deadline = time.monotonic() + wait_s
@@ -305,7 +285,7 @@ def _stall_account(config: job_config.JobConfig, plan: launch.LaunchPlan, result
         if said is not None and report.STALLED.match(said.notice):
             folder = forensics.folder(config.output_dir, "stacks")
             copied = [os.path.basename(path) for host in sorted(others, key=lambda h: h != said.host)
-                      for path in peers.fetch_files(host, config.ports.presence, folder)]
+                      for path in peers.fetch_files(host, config.ports["presence"], folder)]
             return (f"{report.peer_failed(said.host, said.notice)}\n\nOn this host, {text}\nThe other hosts' stacks, "
                     f"copied into {folder}: {', '.join(copied) or 'none came'}\n")
     return text
@@ -324,52 +304,13 @@ def _prepare_forensics(config: job_config.JobConfig) -> None:
     atexit.register(forensics.remove_empty, config.output_dir)
 
 
-def _serve_mpi_worker(config: job_config.JobConfig, plan: launch.LaunchPlan, program_name: str) -> int:
-    """An MPI worker host's part (``mpi_hosts.serve_as_worker``) and its verdict: stopped, a rank
-    here failed (its ``rank_shim`` note), a rank here ended unfinished (the master's mpirun
-    aborted the job), or success. Returns the exit code."""
-    rank_shim.clear_outcomes()
-    stop = mpi_hosts.serve_as_worker(plan.master_host, _env_seconds("DTC_MPI_WORKER_START_TIMEOUT_S", 600))
-    if stop:
-        report.write_failure(config.output_dir, f"{program_name} was stopped by {signal.Signals(stop).name}\n")
-        return 128 + stop
-    if os.path.exists(os.path.join(config.output_dir, "failure")):   # written here during the job
-        log.error("training failed on this host: see %s", os.path.join(config.output_dir, "failure"))
-        return EXIT_INTERNAL_ERROR
-    failed = [note for note in rank_shim.recorded_outcomes() if note["exit_code"]]
-    unfinished = ", ".join(map(str, rank_shim.unfinished(plan.ranks)))
-    if failed or unfinished:
-        master_up = peers.accepts(plan.master_host, mpi_hosts.SSH_PORT)
-        if failed:
-            text, code = failed[0]["text"], failed[0]["exit_code"]
-        elif not master_up:   # mpirun's daemon lost the master
-            text, code = report.lost_host(plan.master_host, f"mpirun's daemon here lost it and ended rank {unfinished} "
-                                                            "before they finished"), EXIT_PEER_ERROR
-        else:
-            text, code = (f"rank {unfinished} on host {config.current_host} did not finish: mpirun's daemon ended it "
-                          f"because the master's mpirun (host {plan.master_host}) ended the job"), EXIT_INTERNAL_ERROR
-        kept = stack_dump.dumped(stacks_dir(config))   # asked for by the master's stall rule
-        if kept:
-            text += f" (its ranks' stacks: {forensics.keep(kept, config.output_dir)})"
-        report.write_failure(config.output_dir, text + "\n\nThe master host's failure file has the job's whole "
-                             "account (its mpirun saw every rank's output).\n")
-        log.error("training failed on this host: %s", text)
-        if master_up:   # the master is ending the job: its account (every rank's output) goes out first
-            wait_s = _env_seconds("DTC_MPI_WORKER_MASTER_EXIT_WAIT_S", 60)
-            log.info("waiting up to %.0f s for the master %s to exit first", wait_s, plan.master_host)
-            mpi_hosts.wait_for_master_to_exit(plan.master_host, wait_s)
-        return code
-    report.write_success(config.output_dir)
-    return 0
-
-
 def run_job(plan_only: bool) -> int:
     """Runs (or with ``plan_only`` prints) this host's part of the job. Returns the exit code."""
     phase = _Phase("reading the job's configuration") if not plan_only else None
     oom_kills_before = memory.oom_kills()   # a SIGKILL during the job is the OOM killer's if this grows
     config = job_config.load()
     logging.getLogger().setLevel(config.log_level)
-    unknown = sorted(k for k in config.framework_parameters if k not in KNOWN_FRAMEWORK_PARAMETERS)
+    unknown = sorted(k for k in config.framework_parameters if k not in FRAMEWORK_PARAMETERS | launchers.flags())
     if unknown:
         log.warning("ignoring hyperparameters this image does not read: %s", ", ".join(unknown))
     if config.channel_input_modes:
@@ -390,26 +331,20 @@ def run_job(plan_only: bool) -> int:
     addresses: dict[str, str] = {}
     if others:   # fail in seconds, naming the host, when the cluster cannot form
         log.info("waiting for the names of %s to resolve", ", ".join(others))
-        addresses = peers.wait_for_names(others, _env_seconds("DTC_HOST_RESOLVE_TIMEOUT_S", 120))
+        addresses = peers.wait_for_names(others, env_settings.seconds("DTC_HOST_RESOLVE_TIMEOUT_S", 120))
         log.info("other hosts resolve: %s", ", ".join(f"{h}={a}" for h, a in addresses.items()))
     log.info("host %s: strategy=%s role=%s master=%s (first of the sorted distribution hosts) hosts=%s "
              "world_size=%d ranks here=%s tasks here=%s", config.current_host, plan.strategy, plan.role,
              plan.master_host, ",".join(plan.hosts), plan.world_size, list(plan.ranks), list(plan.tasks))
     phase.current = "running the preflight"
     run_preflight(config, plan)
-    if plan.strategy == strategy.MPI and len(plan.hosts) > 1:
-        # ranks started here by the master's mpirun load this host's identity (host_identity)
-        host_identity.write({k: v for k, v in config.sm_env.items() if k in HOST_SPECIFIC_SM_VARS},
-                            host_identity.host_env_file())
-        if plan.role == "mpi-worker":
-            return _serve_mpi_worker(config, plan, prog.name)
-        mpi_hosts.ensure_sshd()
-        workers = [h for h in plan.hosts if h != config.current_host]
-        mpi_hosts.wait_for_workers(workers, _env_seconds("DTC_MPI_WAIT_FOR_WORKERS_TIMEOUT_S", 600))
+    host_part = launchers.of(plan.strategy).host_part
+    if host_part and (code := host_part(config, plan, prog.name)) is not None:
+        return code
     phase.current = "starting the parameter servers"
     services = []
     watch = _peer_watch(plan, config.current_host, config.ports)
-    presence = peers.Presence(config.ports.presence) if _has_presence(plan) else None
+    presence = peers.Presence(config.ports["presence"]) if _has_presence(plan) else None
     try:
         try:
             services += [supervise.start_service(s.name, s.argv, s.env, plan.workdir) for s in plan.services]

@@ -17,8 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from . import fabric
-from . import strategy as strategies
+from . import fabric, launchers
 from .errors import ConfigError
 from .hyperparameters import parse_bool, parse_positive_int
 
@@ -114,9 +113,8 @@ class JobConfig:
             JSON-decoded where possible.
         framework_parameters: the other ``sagemaker_*`` hyperparameters (distribution switches).
         mpi: see ``MpiConfig``.
-        strategy: ``single``, ``mpi``, ``torch_distributed``, ``multi_worker_mirrored_strategy``
-            or ``parameter_server`` (``strategy.select``).
-        ports: the launchers' TCP ports (``strategy.Ports``).
+        strategy: the launcher the hyperparameters select (``launchers.select``).
+        ports: the job's TCP ports (``launchers.ports_from``).
         sm_env: the ``SM_*`` variables sagemaker-training's ``Environment.to_env_vars`` defines.
         inherited_names: variables of the container's environment to forward to every rank
             (``forwarded_names``).
@@ -156,8 +154,8 @@ class JobConfig:
     user_hyperparameters: Mapping[str, object]
     framework_parameters: Mapping[str, object]
     mpi: MpiConfig
-    strategy: str = strategies.SINGLE
-    ports: strategies.Ports = strategies.Ports()
+    strategy: str = launchers.Strategy.SINGLE
+    ports: launchers.Ports = field(default_factory=lambda: launchers.ports_from({}))
     sm_env: Mapping[str, str] = field(default_factory=dict)
     inherited_names: tuple[str, ...] = ("PATH",)
     inherited_pythonpath: str = ""
@@ -368,8 +366,8 @@ def from_environment(env, base_dir: str, environ: Mapping[str, str], python: str
         user_hyperparameters=MappingProxyType(user_hyperparameters),
         framework_parameters=MappingProxyType(framework_parameters),
         mpi=mpi_config(framework_parameters, env.num_gpus),
-        strategy=strategies.select(framework_parameters, user_hyperparameters),
-        ports=strategies.ports_from(environ),
+        strategy=launchers.select(framework_parameters, user_hyperparameters),
+        ports=launchers.ports_from(environ),
         sm_env=MappingProxyType(aligned_sm_env(env.to_env_vars(), hosts, distribution_hosts[0], env.current_host)),
         inherited_names=forwarded_names(environ),
         inherited_pythonpath=environ.get("PYTHONPATH", ""),

@@ -1,13 +1,17 @@
 """The MPI launch plan (Horovod, mpi4py): ``mpirun`` on the master, a serving role elsewhere."""
 
+from __future__ import annotations
+
 import shlex
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from . import rank_shim
-from . import strategy as strategies
-from .config import JobConfig
-from .plan import HOST_SPECIFIC_SM_VARS, LaunchPlan, job_env, master_env, network_env, program_argv
-from .program import Program
+from .plan import HOST_SPECIFIC_SM_VARS, LaunchPlan, Role, job_env, master_env, network_env, program_argv
+
+if TYPE_CHECKING:
+    from .config import JobConfig
+    from .program import Program
 
 # Prefixed to each rank's command on multi-host jobs: loads the SM_* identity of the host the
 # rank runs on (written there by that host's entrypoint) and execs the program.
@@ -92,11 +96,11 @@ def mpi_plan(config: JobConfig, program: Program) -> LaunchPlan:
     env.update(master_env(config))   # a script that maps OMPI_COMM_WORLD_* to torch.distributed's env://
     env.update(horovod_stall_env(config))
     env.update(custom_env)
-    common = dict(strategy=strategies.MPI, workdir=program.workdir, hosts=hosts, master_host=config.master_host,
+    common = dict(workdir=program.workdir, hosts=hosts, master_host=config.master_host,
                   processes_per_host=per_host, world_size=world_size,
                   ranks=_host_ranks(config, per_host, world_size))
     if not config.is_master:
-        return LaunchPlan(role="mpi-worker", argv=(), env=MappingProxyType(env), **common)
+        return LaunchPlan(role=Role.MPI_WORKER, argv=(), env=MappingProxyType(env), **common)
     multi_host = len(hosts) > 1
     host_list = ",".join(f"{h}:{per_host}" for h in hosts) if multi_host else f"localhost:{per_host}"
     mca_set, flags_set = _user_overrides(custom_args)
@@ -134,4 +138,4 @@ def mpi_plan(config: JobConfig, program: Program) -> LaunchPlan:
     if multi_host:
         argv += [config.python, "-m", HOST_IDENTITY_MODULE]
     argv += program_argv(config, program, under_mpi4py=program.is_python)
-    return LaunchPlan(role="launcher", argv=tuple(argv), env=MappingProxyType(env), **common)
+    return LaunchPlan(role=Role.LAUNCHER, argv=tuple(argv), env=MappingProxyType(env), **common)

@@ -6,13 +6,17 @@ TensorFlow toolkit's ``_build_tf_config_for_mwms`` / ``_build_tf_config_for_ps``
 host lists follow the one master rule every host applies.
 """
 
+from __future__ import annotations
+
 import json
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from . import strategy as strategies
-from .config import JobConfig
-from .plan import LaunchPlan, Service, job_env, network_env, program_argv
-from .program import Program
+from .plan import LaunchPlan, Role, Service, job_env, network_env, program_argv
+
+if TYPE_CHECKING:
+    from .config import JobConfig
+    from .program import Program
 
 TF_SERVER_MODULE = "dtc_entrypoint.tf_server"
 
@@ -35,13 +39,13 @@ def multi_worker_mirrored_plan(config: JobConfig, program: Program) -> LaunchPla
     this host's task is its index; worker 0 (the master) is the strategy's chief.
     """
     hosts = config.distribution_hosts
-    cluster = {"worker": [f"{h}:{config.ports.tf_worker}" for h in _addresses(config)]}
+    cluster = {"worker": [f"{h}:{config.ports['tf_worker']}" for h in _addresses(config)]}
     task = tf_config(cluster, "worker", config.host_index)
     env = job_env(config, program)
     env.update(network_env(config))
     env["TF_CONFIG"] = json.dumps(task)
     return LaunchPlan(
-        strategy=strategies.MULTI_WORKER_MIRRORED, role="launcher", argv=tuple(program_argv(config, program)),
+        role=Role.LAUNCHER, argv=tuple(program_argv(config, program)),
         env=MappingProxyType(env), workdir=program.workdir, hosts=hosts, master_host=config.master_host,
         world_size=len(hosts), ranks=(config.host_index,), tasks=(f"worker:{config.host_index}",), tf_config=task,
     )
@@ -56,7 +60,7 @@ def parameter_server_cluster(config: JobConfig) -> dict[str, list[str]]:
     beside the chief.
     """
     hosts = _addresses(config)
-    task, ps = config.ports.tf_task, config.ports.tf_ps
+    task, ps = config.ports["tf_task"], config.ports["tf_ps"]
     workers = [f"{h}:{task}" for h in hosts[1:]] or [f"{hosts[0]}:{ps + 1}"]
     return {"chief": [f"{hosts[0]}:{task}"], "worker": workers, "ps": [f"{h}:{ps}" for h in hosts]}
 
@@ -87,21 +91,21 @@ def parameter_server_plan(config: JobConfig, program: Program) -> LaunchPlan:
         return Service(f"{task_type}:{task_index}", server_argv, MappingProxyType(env))
 
     services = [service("ps", index, CUDA_VISIBLE_DEVICES="")]
-    common = dict(strategy=strategies.PARAMETER_SERVER, workdir=program.workdir, hosts=hosts,
+    common = dict(workdir=program.workdir, hosts=hosts,
                   master_host=config.master_host, world_size=len(cluster["worker"]), ranks=())
     if config.is_master:
         if len(hosts) == 1:
             services.append(service("worker", 0))
         task = tf_config(cluster, "chief", 0)
         env = {**base, "TF_CONFIG": json.dumps(task)}
-        return LaunchPlan(role="chief", argv=tuple(program_argv(config, program)), env=MappingProxyType(env),
+        return LaunchPlan(role=Role.CHIEF, argv=tuple(program_argv(config, program)), env=MappingProxyType(env),
                           tasks=("chief:0",) + tuple(s.name for s in services), tf_config=task,
-                          services=tuple(services), end_notice=tuple(f"{h}:{config.ports.tf_end}" for h in hosts[1:]),
-                          **common)
+                          services=tuple(services),
+                          end_notice=tuple(f"{h}:{config.ports['tf_end']}" for h in hosts[1:]), **common)
     task = tf_config(cluster, "worker", index - 1)
     master_ps = cluster["ps"][0]
     env = {**base, "TF_CONFIG": json.dumps(task)}
-    argv = server_argv + ("--until-closed", master_ps, "--end-port", str(config.ports.tf_end))
-    return LaunchPlan(role="tf-server", argv=argv, env=MappingProxyType(env),
+    argv = server_argv + ("--until-closed", master_ps, "--end-port", str(config.ports["tf_end"]))
+    return LaunchPlan(role=Role.TF_SERVER, argv=argv, env=MappingProxyType(env),
                       tasks=(f"worker:{index - 1}", f"ps:{index}"),
                       tf_config=task, services=tuple(services), **common)

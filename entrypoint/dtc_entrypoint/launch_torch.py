@@ -1,12 +1,16 @@
 """The ``torch_distributed`` launch plan: torchrun with static rendezvous on every host."""
 
-from types import MappingProxyType
+from __future__ import annotations
 
-from . import strategy as strategies
-from .config import JobConfig
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
 from .hyperparameters import to_argv
-from .plan import LOCAL_MASTER, LaunchPlan, job_env, network_env
-from .program import Program
+from .plan import LOCAL_MASTER, LaunchPlan, Role, job_env, network_env
+
+if TYPE_CHECKING:
+    from .config import JobConfig
+    from .program import Program
 
 
 def torchrun_plan(config: JobConfig, program: Program) -> LaunchPlan:
@@ -26,7 +30,7 @@ def torchrun_plan(config: JobConfig, program: Program) -> LaunchPlan:
     argv = [config.python, "-m", "torch.distributed.run",
             "--nnodes", str(len(hosts)), "--nproc_per_node", str(per_host),
             "--node_rank", str(config.host_index),
-            "--master_addr", master, "--master_port", str(config.ports.torch_master)]
+            "--master_addr", master, "--master_port", str(config.ports["torch_master"])]
     if not program.is_python:
         argv.append("--no-python")
     argv += list(program.argv) + to_argv(config.user_hyperparameters)
@@ -34,7 +38,7 @@ def torchrun_plan(config: JobConfig, program: Program) -> LaunchPlan:
     env.update(network_env(config))
     start = config.host_index * per_host
     return LaunchPlan(
-        strategy=strategies.TORCH_DISTRIBUTED, role="launcher", argv=tuple(argv), env=MappingProxyType(env),
+        role=Role.LAUNCHER, argv=tuple(argv), env=MappingProxyType(env),
         workdir=program.workdir, hosts=hosts, master_host=config.master_host, processes_per_host=per_host,
         world_size=per_host * len(hosts), ranks=tuple(range(start, start + per_host)),
     )

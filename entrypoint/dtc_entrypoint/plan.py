@@ -2,16 +2,22 @@
 printed by ``train --plan`` and executed by ``supervise``, so a printed plan and a real run
 cannot drift apart."""
 
+from __future__ import annotations
+
 import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from . import forensics
-from .config import JobConfig
 from .hyperparameters import to_argv
-from .program import Program
 from .stack_dump import ENV as STACKS_DIR_VARIABLE
+
+if TYPE_CHECKING:
+    from .config import JobConfig
+    from .program import Program
 
 # SM_* variables that describe *this* host. They are not forwarded from the MPI master to the
 # other hosts' ranks (sagemaker-training forwards them all, so every rank saw the master's
@@ -34,6 +40,15 @@ LOCAL_MASTER = "127.0.0.1"
 # sagemaker_pytorch_container/training.py: NCCL_DEBUG; aws/sagemaker-tensorflow-training-toolkit
 # sagemaker_tensorflow_container/training.py: TF_CPP_MIN_LOG_LEVEL).
 AWS_CONTAINER_DEFAULTS = {"NCCL_DEBUG": "WARN", "TF_CPP_MIN_LOG_LEVEL": "1"}
+
+
+class Role(StrEnum):
+    """What a host does in its plan (``LaunchPlan.role``)."""
+
+    LAUNCHER = "launcher"        # runs the job's command
+    MPI_WORKER = "mpi-worker"    # only serves the master's mpirun daemons
+    CHIEF = "chief"              # the parameter-server chief (trains, with its servers beside it)
+    TF_SERVER = "tf-server"      # a parameter-server host other than the chief's: servers only
 
 
 @dataclass(frozen=True)
@@ -60,8 +75,7 @@ class LaunchPlan:
     """What this host runs.
 
     Attributes:
-        strategy: ``single``, ``mpi``, ``torch_distributed``, ``multi_worker_mirrored_strategy``
-            or ``parameter_server``.
+        strategy: the launcher's name (``launchers.Launcher.strategy``), set by ``launch.build``.
         role: ``launcher`` (runs the job's command), ``mpi-worker`` (only serves mpirun's remote
             daemons; ``argv`` is empty), ``chief`` or ``tf-server`` (parameter-server hosts).
         argv: the main command, never passed through a shell.
@@ -79,8 +93,7 @@ class LaunchPlan:
             hosts, which otherwise could not tell the end of training from the loss of its host).
     """
 
-    strategy: str
-    role: str
+    role: Role
     argv: tuple[str, ...]
     env: Mapping[str, str]
     workdir: str
@@ -93,6 +106,7 @@ class LaunchPlan:
     tf_config: Mapping | None = None
     services: tuple[Service, ...] = ()
     end_notice: tuple[str, ...] = ()
+    strategy: str = ""
 
     def to_dict(self) -> dict:
         """JSON-ready form (for ``train --plan`` and logs)."""
@@ -171,7 +185,7 @@ def master_env(config: JobConfig) -> dict[str, str]:
     gets the loopback address (its name need not resolve outside SageMaker); the port is
     torchrun's (``DTC_TORCH_MASTER_PORT``, 7777 by default). Under torchrun, torchrun sets both."""
     master = config.master_host if len(config.hosts) > 1 else LOCAL_MASTER
-    return {"MASTER_ADDR": master, "MASTER_PORT": str(config.ports.torch_master)}
+    return {"MASTER_ADDR": master, "MASTER_PORT": str(config.ports["torch_master"])}
 
 
 def network_env(config: JobConfig) -> dict[str, str]:

@@ -3,7 +3,7 @@
 ``sagemaker_program`` / ``SAGEMAKER_PROGRAM`` names it:
 
 * ``builtin:pytorch`` or ``builtin:tensorflow``: this image's trainers (``dtc_train``), the one
-  written for the job's strategy (``BUILTIN_TRAINERS``);
+  written for the job's strategy (``builtin_trainers``, from ``dtc_train.trainers``);
 * ``train.py``: a Python script in the submit directory (its ``requirements.txt`` is installed);
 * a name next to a ``setup.py``: the package is installed and run as ``python -m <name>``;
 * ``train.sh`` or any other file: run as an executable (``/bin/sh`` when it has no ``#!``).
@@ -15,37 +15,46 @@ are installed as its ``entry_point.install`` does, with pip's own error reported
 reach the program exactly as given (the toolkit's shell path does not; toolkit #128).
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import re
 import tarfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import strategy as strategies
+from dtc_train import trainers
+
 from . import supervise
-from .config import JobConfig
 from .errors import ConfigError, DependencyError, ProgramNotFoundError, StoppedBeforeLaunch
+from .launchers import Strategy
+
+if TYPE_CHECKING:
+    from .config import JobConfig
 
 BUILTIN_PREFIX = "builtin:"
-# framework -> strategy -> trainer module. Hosts outside a heterogeneous job's distribution
-# groups run the ``single`` entry.
-BUILTIN_TRAINERS = {
-    "pytorch": {
-        strategies.SINGLE: "dtc_train.pytorch_single",
-        strategies.MPI: "dtc_train.pytorch_horovod",
-        strategies.TORCH_DISTRIBUTED: "dtc_train.pytorch_ddp",
-    },
-    "tensorflow": {
-        strategies.SINGLE: "dtc_train.tensorflow_mwms",   # MirroredStrategy over the host's GPUs
-        strategies.MPI: "dtc_train.tensorflow_horovod",
-        strategies.MULTI_WORKER_MIRRORED: "dtc_train.tensorflow_mwms",
-        strategies.PARAMETER_SERVER: "dtc_train.tensorflow_ps",
-    },
-}
+
+
+def builtin_trainers() -> dict[str, dict[str, str]]:
+    """framework -> strategy -> trainer module, from the trainers' records (``dtc_train.trainers``,
+    which imports neither framework). Hosts outside a heterogeneous job's distribution groups run
+    the ``single`` entry.
+
+    Raises:
+        ConfigError: a trainer another distribution registers does not load, naming it.
+    """
+    try:
+        return {framework: {strategy: trainer.module for strategy, trainer in trainers.for_program(framework).items()}
+                for framework in trainers.frameworks()}
+    except Exception as error:   # a registered trainer's own error
+        raise ConfigError(f"the built-in trainers' registry (dtc_train.trainers) does not load: "
+                          f"{type(error).__name__}: {error}") from error
+
 
 log = logging.getLogger(__name__)
 
@@ -79,22 +88,23 @@ def builtin(config: JobConfig) -> Program | None:
     if not config.program or not config.program.startswith(BUILTIN_PREFIX):
         return None
     name = config.program[len(BUILTIN_PREFIX):]
-    if name not in BUILTIN_TRAINERS:
+    by_framework = builtin_trainers()
+    if name not in by_framework:
         raise ConfigError(
             f"sagemaker_program {config.program!r} names no built-in trainer: use one of "
-            + ", ".join(BUILTIN_PREFIX + n for n in BUILTIN_TRAINERS),
+            + ", ".join(BUILTIN_PREFIX + n for n in by_framework),
             key="sagemaker_program",
         )
-    strategy = config.strategy if config.is_distributed_host else strategies.SINGLE
-    trainers = BUILTIN_TRAINERS[name]
-    if strategy not in trainers:
-        fits = [f"{BUILTIN_PREFIX}{n}" for n, by_strategy in BUILTIN_TRAINERS.items() if strategy in by_strategy]
+    strategy = config.strategy if config.is_distributed_host else Strategy.SINGLE
+    modules = by_framework[name]
+    if strategy not in modules:
+        fits = [f"{BUILTIN_PREFIX}{n}" for n, by_strategy in by_framework.items() if strategy in by_strategy]
         raise ConfigError(
             f"sagemaker_program {config.program!r} has no trainer for the {strategy} strategy: use "
-            f"{' or '.join(fits)}, or one of the strategies {', '.join(s for s in trainers if s != strategies.SINGLE)}",
+            f"{' or '.join(fits)}, or one of the strategies {', '.join(s for s in modules if s != Strategy.SINGLE)}",
             key="sagemaker_program",
         )
-    return Program(config.program, True, ("-m", trainers[strategy]), config.code_dir)
+    return Program(config.program, True, ("-m", modules[strategy]), config.code_dir)
 
 
 def classify(config: JobConfig) -> Program:
@@ -111,7 +121,7 @@ def classify(config: JobConfig) -> Program:
         raise ConfigError(
             "no training program: set the sagemaker_program hyperparameter (or SAGEMAKER_PROGRAM) "
             "to a script in sagemaker_submit_directory, or to "
-            + " / ".join(BUILTIN_PREFIX + n for n in BUILTIN_TRAINERS),
+            + " / ".join(BUILTIN_PREFIX + n for n in builtin_trainers()),
             key="sagemaker_program",
         )
     from sagemaker_training import _entry_point_type  # noqa: PLC0415
@@ -234,7 +244,7 @@ _REQUESTED_LINE = re.compile(r"^The user requested (?P<spec>(?P<name>[A-Za-z0-9.
 _DEPENDS_LINE = re.compile(r"^(?P<parent>\S+ \S+) depends on (?P<spec>(?P<name>[A-Za-z0-9._-]+).*)$")
 
 
-def pinned_conflict(pip_stderr: "list[str] | tuple[str, ...]", what: str, constraint_file: str) -> str | None:
+def pinned_conflict(pip_stderr: list[str] | tuple[str, ...], what: str, constraint_file: str) -> str | None:
     """The failure's first line when pip refused a requirement because the image's constraint file
     pins the same distribution (``PIP_CONSTRAINT``: docker/lock-environment.py's ``PROTECTED``), or
     ``None`` when pip failed for another reason.

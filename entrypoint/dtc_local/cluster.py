@@ -43,9 +43,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from dtc_entrypoint import launchers
+from dtc_entrypoint.launchers import Strategy
+
 from . import job_tree
 
-DISTRIBUTIONS = ("none", "mpi", "torch_distributed", "multi_worker_mirrored_strategy", "parameter_server")
+# "none" (no distribution: each host runs the program alone), or a launcher (dtc_entrypoint.launchers)
+DISTRIBUTIONS = ("none", *(str(launcher.strategy) for launcher in launchers.distributed()))
 NETWORK = "dtc-cluster"
 DEFAULT_SUBNET = "10.213.37.0/24"
 CONTAINER_ML = "/opt/ml"
@@ -169,16 +173,15 @@ def container_env(job: ClusterJob, host: str | None = None, environ: Mapping[str
 
 
 def distribution_hyperparameters(job: ClusterJob) -> dict[str, object]:
-    """The ``sagemaker_*`` keys SDK v2 writes for ``job.distribution`` (aws/sagemaker-python-sdk
-    v2, ``fw_utils.py`` and ``local/image.py``), plus the processes per host."""
-    flags = {
-        "none": {},
-        "mpi": {"sagemaker_mpi_enabled": True, "sagemaker_mpi_custom_mpi_options": ""},
-        "torch_distributed": {"sagemaker_torch_distributed_enabled": True,
-                              "sagemaker_instance_type": job.instance_type},
-        "multi_worker_mirrored_strategy": {"sagemaker_multi_worker_mirrored_strategy_enabled": True},
-        "parameter_server": {"sagemaker_parameter_server_enabled": True},
-    }[job.distribution]
+    """The ``sagemaker_*`` keys SDK v2 writes for ``job.distribution`` (its launcher's
+    ``sdk_hyperparameters`` and ``sdk_instance_type``; aws/sagemaker-python-sdk v2, ``fw_utils.py``
+    and ``local/image.py``), plus the processes per host."""
+    flags: dict[str, object] = {}
+    if job.distribution != "none":
+        launcher = launchers.of(Strategy(job.distribution))
+        flags.update(launcher.sdk_hyperparameters)
+        if launcher.sdk_instance_type:
+            flags["sagemaker_instance_type"] = job.instance_type
     return {**flags, "sagemaker_mpi_num_of_processes_per_host": job.processes_per_host}
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from dtc_entrypoint import host_identity, strategy
+from dtc_entrypoint import host_identity, launchers
 from dtc_entrypoint.errors import ConfigError
 from dtc_train import ps_channel
 from helpers import FIXTURES, read_json, run_train
@@ -54,11 +54,16 @@ def test_ports_are_configurable(make_job, tmp_path):
         env={"DTC_TORCH_MASTER_PORT": "29400"})
     assert all(p["argv"][p["argv"].index("--master_port") + 1] == "29400" for p in plans.values())
     with pytest.raises(ConfigError, match="DTC_TF_PS_PORT="):
-        strategy.ports_from({"DTC_TF_PS_PORT": "70000"})
-    with pytest.raises(ConfigError, match="DTC_TF_TASK_PORT and DTC_TF_PS_PORT"):
-        strategy.ports_from({"DTC_TF_PS_PORT": "2222"})
-    with pytest.raises(ConfigError, match="DTC_TF_END_PORT is 2223"):
-        strategy.ports_from({"DTC_TF_END_PORT": "2223"})
+        launchers.ports_from({"DTC_TF_PS_PORT": "70000"})
+    # the ports one host listens on under one launcher (its own and train's) must differ
+    with pytest.raises(ConfigError, match="DTC_TF_TASK_PORT and DTC_TF_PS_PORT are both 2222: a host under "
+                                          "parameter_server listens on both"):
+        launchers.ports_from({"DTC_TF_PS_PORT": "2222"})
+    with pytest.raises(ConfigError, match="DTC_TF_PS_PORT and DTC_TF_END_PORT are both 2223"):
+        launchers.ports_from({"DTC_TF_END_PORT": "2223"})
+    with pytest.raises(ConfigError, match="DTC_PRESENCE_PORT and DTC_TORCH_MASTER_PORT are both 2226"):
+        launchers.ports_from({"DTC_TORCH_MASTER_PORT": "2226"})
+    assert launchers.ports_from({"DTC_TORCH_MASTER_PORT": "8890"})["torch_master"] == 8890   # MWMS's: another launcher
 
 
 def test_multi_worker_mirrored_strategy_writes_the_worker_list(make_job, tmp_path):

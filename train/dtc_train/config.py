@@ -2,11 +2,12 @@
 
 SageMaker passes each hyperparameter as ``--name value`` (the entrypoint's ``train`` builds that
 argv from ``hyperparameters.json``). Every option of every built-in trainer is declared once
-here (``OPTIONS``), with the backends it applies to (``BACKENDS``: one entry per way of
-training). A backend parses them all and refuses, before anything starts, an option that was
-given but that it does not apply, naming the option, the backend and the backends that do apply
-it; it does not silently ignore it (``data-device`` under MultiWorkerMirrored, which reads
-through ``tf.data``, not DALI). An option it applies but that was not given keeps its default.
+here (``OPTIONS``), with the backends it applies to (``BACKENDS``: one per way of training, read
+from its record in ``dtc_train.trainers``). A backend parses them all and refuses, before
+anything starts, an option that was given but that it does not apply, naming the option, the
+backend and the backends that do apply it; it does not silently ignore it (``data-device``
+under MultiWorkerMirrored, which reads through ``tf.data``, not DALI). An option it applies but
+that was not given keeps its default.
 
 This module imports neither TensorFlow nor PyTorch: the choices they define (precisions,
 compressions) are spelled here and the trainers map them.
@@ -19,9 +20,9 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from . import channel, contract, lr_schedule, plateau, stop
+from . import channel, contract, lr_schedule, plateau, stop, trainers
 
-# the backends: one per way of training (each the module that trains that way)
+# the backends: one per way of training, each a record in dtc_train.trainers (its module's name)
 PYTORCH_SINGLE = "pytorch_single"
 PYTORCH_HOROVOD = "pytorch_horovod"
 PYTORCH_DDP = "pytorch_ddp"
@@ -29,20 +30,15 @@ TENSORFLOW_HOROVOD = "tensorflow_horovod"
 TENSORFLOW_MIRRORED = "tensorflow_mwms"
 TENSORFLOW_PS = "tensorflow_ps"
 
-BACKENDS = {
-    PYTORCH_SINGLE: "builtin:pytorch alone (one process, no collectives, DALI input)",
-    PYTORCH_HOROVOD: "builtin:pytorch under mpi (Horovod, DALI input)",
-    PYTORCH_DDP: "builtin:pytorch under torch_distributed (DDP or FSDP2, DALI input)",
-    TENSORFLOW_HOROVOD: "builtin:tensorflow under mpi (Horovod with tf-keras, DALI input)",
-    TENSORFLOW_MIRRORED: "builtin:tensorflow alone or under multi_worker_mirrored_strategy "
-                         "(MirroredStrategy / MultiWorkerMirroredStrategy, tf.data input)",
-    TENSORFLOW_PS: "builtin:tensorflow under parameter_server (ParameterServerStrategy chief, tf.data input)",
-}
-ALL = frozenset(BACKENDS)
-PYTORCH = frozenset({PYTORCH_SINGLE, PYTORCH_HOROVOD, PYTORCH_DDP})
-TENSORFLOW = ALL - PYTORCH
-DALI = PYTORCH | {TENSORFLOW_HOROVOD}   # the backends whose input is a DALI pipeline
-SYNCHRONOUS = ALL - {TENSORFLOW_PS}      # every step on every rank: progress within an epoch, a step's loss
+BACKENDS = {name: trainer.describes for name, trainer in trainers.registry().items()}
+# the option groups, read from each trainer's record: an option declared for a group applies to a
+# new trainer exactly when its record says it belongs there
+ALL = frozenset(BACKENDS)                  # the options every trainer applies (epochs, batch size, ...)
+PYTORCH = frozenset(name for name, trainer in trainers.registry().items() if trainer.framework == "pytorch")
+TENSORFLOW = frozenset(name for name, trainer in trainers.registry().items() if trainer.framework == "tensorflow")
+DALI = frozenset(name for name, trainer in trainers.registry().items() if trainer.dali_input)
+# every step on every rank: progress within an epoch, a step's loss
+SYNCHRONOUS = frozenset(name for name, trainer in trainers.registry().items() if trainer.synchronous)
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 COMPRESSIONS = ("none", "fp16")

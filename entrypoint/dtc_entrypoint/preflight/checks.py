@@ -16,7 +16,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from .. import strategy as strategies
+from .. import launchers
+from ..launchers import Strategy
 from .fatbin import Target, describe, runs_on
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
@@ -65,34 +66,25 @@ def components_needed(strategy: str, program: str | None) -> frozenset[str]:
     """The components the job's processes load for sure: a GPU they cannot run on fails the job.
     The others are checked too, and a gap there is a warning (a user's script may not load them).
 
-    ``mpi`` loads Horovod (and with it NCCL); ``torch_distributed`` loads torch and NCCL; the
-    TensorFlow strategies load TensorFlow; the built-in trainers load their framework and DALI.
+    Each launcher's processes load what its record says (``launchers.Launcher.needs``: ``mpi``
+    Horovod and with it NCCL; ``torch_distributed`` torch and NCCL; the TensorFlow strategies
+    TensorFlow); the built-in trainers load their framework and DALI.
     ``all`` (``gpu-check``): every component."""
     if strategy == "all":
         return frozenset(COMPONENTS)
-    needed = set()
-    if strategy == strategies.MPI:
-        needed |= {"horovod", "nccl"}
-    elif strategy == strategies.TORCH_DISTRIBUTED:
-        needed |= {"torch", "nccl"}
-    elif strategy in (strategies.MULTI_WORKER_MIRRORED, strategies.PARAMETER_SERVER):
-        needed.add("tensorflow")
+    needed = set(launchers.of(Strategy(strategy)).needs)
     if program == "builtin:pytorch":
         needed |= {"torch", "dali"}
     elif program == "builtin:tensorflow":
-        needed |= {"tensorflow"} | ({"dali"} if strategy == strategies.MPI else set())
+        needed |= {"tensorflow"} | ({"dali"} if strategy == Strategy.MPI else set())
     return frozenset(needed)
 
 
 def strategies_without(component: str) -> list[str]:
-    """The strategies (with what they run) that do not need ``component``."""
-    uses = {
-        strategies.MPI: ("Horovod", {"horovod", "nccl"}),
-        strategies.TORCH_DISTRIBUTED: ("PyTorch DDP on torch's own kernels", {"torch", "nccl"}),
-        strategies.MULTI_WORKER_MIRRORED: ("TensorFlow MultiWorkerMirrored", {"tensorflow"}),
-        strategies.PARAMETER_SERVER: ("TensorFlow parameter server", {"tensorflow"}),
-    }
-    return [f"{name} ({what})" for name, (what, needs) in uses.items() if component not in needs]
+    """The strategies (with what they run: ``launchers.Launcher.describes``) that do not need
+    ``component`` (``launchers.Launcher.needs``)."""
+    return [f"{launcher.strategy} ({launcher.describes})" for launcher in launchers.distributed()
+            if component not in launcher.needs]
 
 
 def driver_finding(image_cuda: str, driver_version: str | None, driver_cuda: str | None,

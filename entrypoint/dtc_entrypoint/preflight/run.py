@@ -66,7 +66,7 @@ def probe_argv(config: JobConfig, plan: LaunchPlan, workdir: str, environ: Mappi
     gpu_timeout_s = _seconds(environ, GPU_TIMEOUT_VARIABLE, DEFAULT_GPU_TIMEOUT_S[config.preflight])
     return [config.python, "-m", "dtc_entrypoint.preflight.probe", "--mode", config.preflight,
             "--host", config.current_host, "--hosts", ",".join(plan.hosts), "--master", plan.master_host,
-            "--port", str(config.ports.preflight), "--strategy", plan.strategy, "--program", config.program or "",
+            "--port", str(config.ports["preflight"]), "--strategy", plan.strategy, "--program", config.program or "",
             "--processes-per-host", str(plan.processes_per_host), "--instance-type", config.instance_type,
             "--wait-s", f"{wait_s:g}", "--gpu-timeout-s", f"{gpu_timeout_s:g}", "--workdir", workdir,
             "--out", record_path(config)]
