@@ -69,7 +69,8 @@ class Port:
 
 # train's own ports, on every launcher's hosts
 PRESENCE_PORT = Port("presence", "DTC_PRESENCE_PORT", 2226,
-                     "each host's `train`, watched by the others (a launcher with a presence, several hosts)")
+                     "the launchers with a presence (`torch_distributed`, `multi_worker_mirrored_strategy`) on "
+                     "several hosts: each host's `train`, watched by the others")
 PREFLIGHT_PORT = Port("preflight", "DTC_PREFLIGHT_PORT", 2227,
                       "the preflight's store on the master (every strategy, several hosts, before training)")
 
@@ -178,7 +179,7 @@ BUILT_IN = (
              flag="sagemaker_torch_distributed_enabled",
              estimator_argument='distribution={"torch_distributed": {"enabled": True}}',
              sdk_hyperparameters=_enabled("sagemaker_torch_distributed_enabled"), sdk_instance_type=True,
-             ports=(Port("torch_master", "DTC_TORCH_MASTER_PORT", 7777, "torchrun's rendezvous on the master"),),
+             ports=(Port("torch_master", "DTC_TORCH_MASTER_PORT", 7777, "torchrun's rendezvous on the master (`torch_distributed`)"),),
              needs=frozenset({"torch", "nccl"}),
              presence=True, presence_close_is_loss=True),
     Launcher(Strategy.MULTI_WORKER_MIRRORED, launch_tf.multi_worker_mirrored_plan, "TensorFlow MultiWorkerMirrored",
@@ -193,7 +194,7 @@ BUILT_IN = (
              sdk_hyperparameters=_enabled("sagemaker_parameter_server_enabled"),
              ports=(Port("tf_task", "DTC_TF_TASK_PORT", 2222, "parameter server: the chief and the workers"),
                     Port("tf_ps", "DTC_TF_PS_PORT", 2223,
-                         "parameter server: the parameter servers (the next port: the worker on a one-host job)"),
+                         "parameter server: the parameter servers (2224: the worker on a one-host job)"),
                     Port("tf_end", "DTC_TF_END_PORT", 2225,
                          "parameter server on several hosts: the master's end notice to the other hosts")),
              needs=frozenset({"tensorflow"}), master_watch=_tensorflow_servers),

@@ -160,6 +160,32 @@ def test_a_script_for_awss_pytorch_container_joins_the_other_host_without_a_dist
     assert result["hosts"]["algo-1"]["model"] == ["sum.json"] and not result["hosts"]["algo-2"]["model"]
 
 
+def test_a_way_of_training_registered_from_outside_runs_on_two_hosts_in_the_image(tmp_path, monkeypatch):
+    """Issue #43, item 4: tests/programs/new_way (its launcher and trainer registered as entry
+    points: tests/integration/test_new_way_of_training.py) on PYTHONPATH, with no other change:
+    the local cluster takes its launcher as a distribution and writes the hyperparameters its
+    record names, and each container, the distribution mounted as a channel and on its
+    PYTHONPATH, runs the trainer once, through the built-in trainers' loop."""
+    monkeypatch.setenv("PYTHONPATH", str(PROGRAMS / "new_way"))   # dtc_local.cluster reads the launcher's record
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({
+        "distribution": "once_per_host", "program": "builtin:numbers", "hyperparameters": {"epochs": 2},
+        "channels": {"plugins": str(PROGRAMS / "new_way")},
+        "environment": {"PYTHONPATH": "/opt/ml/input/data/plugins"}}))
+    done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file), timeout_s=300)
+    log = done.stdout + done.stderr
+    assert {host: info["exit_code"] for host, info in result["hosts"].items()} == {"algo-1": 0, "algo-2": 0}, \
+        log[-4000:]
+    for host in HOSTS:
+        hyperparameters = json.loads((tmp_path / "job" / host / "input" / "config" / "hyperparameters.json")
+                                     .read_text())
+        assert hyperparameters["sagemaker_once_per_host_enabled"] is True
+        assert f"[{host}] epoch=2/2 " in log and f"host {host}: strategy=once_per_host role=launcher" in log, \
+            log[-4000:]
+        assert json.loads((tmp_path / "job" / host / "model" / "model.json").read_text()) == \
+            {"host": host, "val_accuracy": 0.75}
+
+
 def _stamp(log: str, host: str, message: str) -> float:
     """The time of ``host``'s first ``train`` log line holding ``message``."""
     [stamp, *_] = re.findall(rf"\[{host}\] (\S+ \S+) \[dtc\] \w+ [^\n]*{re.escape(message)}", log) or [None]

@@ -7,7 +7,8 @@ under Horovod or a mirrored strategy; a step scheduled on a parameter-server wor
 ``Backend``: its step, its sum over the ranks, its validation and its checkpoint. ``fit`` holds
 every rule; a backend holds none, so a rule changes in one place for all of them, and the rules
 are unit-tested with a backend of plain numbers (tests/unit/test_loop.py). Adding a way of
-training is one backend and one entry in ``dtc_train.config.BACKENDS`` (docs/trainers.md).
+training is its module (one backend and a ``main``) and its record in ``dtc_train.trainers``
+(docs/development.md, "Adding things").
 
 Sums: a step returns this rank's float64 ``[loss sum, correct, samples]`` (``SUMS``); the loop
 adds them up over the epoch and asks the backend for their total over the ranks at the end of
