@@ -4,14 +4,15 @@ MaxRuntime, a managed-spot interruption) and kills it 120 s later; a restart fin
 
 Each built-in trainer, under its real launcher (mpirun + Horovod, torchrun + DDP,
 MultiWorkerMirrored, the parameter-server chief with its servers), is sent SIGTERM at a random
-step after its first epoch, two epochs before its end (the seed is printed; a stop during start-up is
-tested apart; the parameter-server trainer, whose steps print no progress, at a random moment). It
-must exit 143 well within the grace period, say it was stopped, and leave a checkpoint of the
-step it had reached (none if it had not trained yet). Started again on the same tree it resumes
-at that step and ends where an uninterrupted run ends: with bit-identical weights, the input
-order being restored exactly (DALI checkpoints for PyTorch; per-epoch inputs with the done steps skipped for the Keras
-trainers; one seeded stream with the done batches skipped for the parameter-server trainer,
-whose one worker runs the scheduled steps in order).
+step after its first epoch and before its last, held there until the signal comes (the seed is
+printed; a stop during start-up is tested apart; the parameter-server trainer, whose chief holds
+at no step, at a random moment). It must exit 143 well within the grace period, say it was
+stopped, and leave a checkpoint of the step it had reached (none if it had not trained yet).
+Started again on the same tree it resumes at that step and ends where an uninterrupted run ends:
+with bit-identical weights, the input order being restored exactly (DALI checkpoints for
+PyTorch; per-epoch inputs with the done steps skipped for the Keras trainers; one seeded stream
+with the done batches skipped for the parameter-server trainer, whose one worker runs the
+scheduled steps in order).
 """
 
 import random
@@ -28,6 +29,7 @@ import pytest
 from helpers import (
     BIN,
     DIGEST,
+    FAULT_LINE,
     METRIC,
     PROGRESS,
     RESUMING,
@@ -42,6 +44,9 @@ from helpers import (
 
 pytestmark = pytest.mark.e2e
 EPOCH_SECONDS = re.compile(r"epoch_seconds=([0-9.]+)")
+# how long rank 0 holds at the step a job is stopped after (DTC_FAULT stall=): SIGTERM comes
+# within it, however slow the machine
+HOLD_S = 15
 EPOCHS = 4
 # every strategy's sagemaker_* keys, and builtin:pytorch with no distribution (dtc_train.pytorch_single)
 CASES = {**{case: strategy.hyperparameters() for case, strategy in STRATEGIES.items()},
@@ -53,23 +58,23 @@ def job(case, where, digits_channels, **hyperparameters):
     return digits_job(where, digits_channels, {**CASES[case], "epochs": EPOCHS, **hyperparameters})
 
 
-def stop_at(root, delay_s: float | Callable[[list[float]], float],
-            after: re.Pattern | Callable[[str], bool] | None = None, nth: int = 1) -> tuple[int, float, str]:
-    """Starts `train` on ``root`` and sends it SIGTERM (as SageMaker does to the container's PID 1)
-    ``delay_s`` seconds after the start, or after the ``nth`` line matching ``after`` (a pattern,
-    or a function of the line); waits. ``delay_s`` may be a function of the monotonic times (s) of
-    the first ``nth`` matching lines. Returns (exit code, seconds from signal to exit, log)."""
-    train = subprocess.Popen([str(BIN / "train")], env=train_env(root, own_ports()), stdout=subprocess.PIPE,
+def stop_at(root, delay_s: float | Callable[[list[float]], float], after: re.Pattern | None = None, nth: int = 1,
+            env: dict | None = None) -> tuple[int, float, str]:
+    """Starts `train` on ``root`` (with ``env`` added) and sends it SIGTERM (as SageMaker does to
+    the container's PID 1) ``delay_s`` seconds after the start, or after the ``nth`` line
+    matching ``after``; waits. ``delay_s`` may be a function of the monotonic times (s) of the
+    first ``nth`` matching lines. Returns (exit code, seconds from signal to exit, log)."""
+    train = subprocess.Popen([str(BIN / "train")], env=train_env(root, {**own_ports(), **(env or {})}),
+                             stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
     lines: list[str] = []
     matched_at: list[float] = []
     seen = threading.Event()
-    matches = after.search if isinstance(after, re.Pattern) else after
 
     def read():
         for line in train.stdout:
             lines.append(line)
-            if matches is not None and matches(line):
+            if after is not None and after.search(line):
                 matched_at.append(time.monotonic())
                 if len(matched_at) == nth:
                     seen.set()
@@ -150,26 +155,27 @@ def check_stop_and_resume(case: str, digits_channels, tmp_path, epochs: int = EP
     hyperparameters["epochs"] = epochs
     if case != "parameter-server":
         # a progress line after every optimizer step but an epoch's last (dtc_train.observe): the
-        # stop's moment is a step of the stopped run, whatever that run's speed
+        # steps per epoch, read from the uninterrupted run
         hyperparameters["progress-seconds"] = 1e-6
     full = run_train(job(case, tmp_path / "full", digits_channels, **hyperparameters))
     assert full.returncode == 0, full.output[-3000:]
     full_accuracy, full_digests = final(full.stdout)
 
     # A random step after the first epoch (start-up: test_a_job_stopped_while_starting_exits_at_once)
-    # and two epochs before the end: SIGTERM as the progress line of a random step of a random
-    # epoch k (2 <= k <= epochs - 2) is read, so that two epochs are left to stop in (the ranks
-    # stop some steps after the line: 1 to 9 in runs here, at times into the next epoch, the
-    # signal's way through the launcher and the ranks' stop agreement). (A delay in seconds
-    # overshot the end twice in CI runs of 2026-11-28: measured on the uninterrupted run, when
-    # that run had been the slower one; as a part of the stopped run's epoch k, when that epoch
-    # took 10.4 s and the two after it 2.3 s and 1.4 s.) The parameter-server trainer's steps run
-    # asynchronously on its worker and print no progress lines: it is stopped after the metric
-    # line of a random epoch k (2 <= k <= epochs - 2), a random part (up to 3/4) of its fastest
-    # epoch in either run later.
+    # and before the last, step s of epoch k: rank 0 holds there for HOLD_S (DTC_FAULT stall=,
+    # dtc_train.fault), the other ranks wait for it in their next collective, and SIGTERM comes as
+    # its line is read. Every rank then stops after that very step, however slow the machine: the
+    # checkpoint's position is (k - 1, s). (A SIGTERM timed in seconds overshot the job's end twice
+    # in CI runs of 2026-11-28, one timed from the uninterrupted run, one from the stopped run's
+    # own epoch k, which took 10.4 s where the two after it took 2.3 and 1.4 s; and one sent as
+    # rank 0's progress line of a step was read, here beside a CI run, reached the ranks after
+    # their last step.) The parameter-server trainer's chief schedules its steps on the workers
+    # and holds at none: it is stopped after the metric line of a random epoch k (2 <= k <=
+    # epochs - 2), a random part (up to 3/4) of its fastest epoch in either run later.
     seed = random.randrange(1 << 30)
     chance = random.Random(seed)
     root = job(case, tmp_path / "stopped", digits_channels, **hyperparameters)
+    expected = None
     if case == "parameter-server":
         after_epoch, fraction = chance.randint(2, epochs - 2), chance.uniform(0.0, 0.75)
         fastest_s = min(float(s) for s in EPOCH_SECONDS.findall(full.stdout))
@@ -178,21 +184,18 @@ def check_stop_and_resume(case: str, digits_channels, tmp_path, epochs: int = EP
         code, took_s, log = stop_at(root, lambda metric_s: fraction * min(fastest_s, metric_s[-1] - metric_s[-2]),
                                     after=METRIC, nth=after_epoch)
     else:
-        steps = {int(total) for *_, total, _, _ in PROGRESS.findall(full.stdout)}
-        assert len(steps) == 1, full.output[-3000:]
-        at = (chance.randint(2, epochs - 2), chance.randint(1, steps.pop() - 1))
-        print(f"{case}: SIGTERM at the progress line of epoch {at[0]} step {at[1]} (random seed {seed})")
-
-        def reached(line: str) -> bool:
-            progress = PROGRESS.search(line)
-            return bool(progress) and (int(progress[1]), int(progress[3])) >= at
-
-        code, took_s, log = stop_at(root, 0.0, after=reached)
+        [steps] = {int(total) for *_, total, _, _ in PROGRESS.findall(full.stdout)}
+        epoch, step = chance.randint(2, epochs - 1), chance.randint(1, steps - 1)
+        print(f"{case}: SIGTERM at step {step} of {steps} of epoch {epoch} (random seed {seed})")
+        code, took_s, log = stop_at(root, 0.0, after=FAULT_LINE, env={
+            "DTC_FAULT": f"rank=0 step={(epoch - 1) * steps + step} stall={HOLD_S}"})
+        expected = (epoch - 1, step)
     assert code == 128 + signal.SIGTERM, log[-3000:]
     assert took_s < 60, f"{took_s:.0f} s from SIGTERM to exit"
     assert (root / "output" / "failure").read_text().splitlines()[0].endswith("was stopped by SIGTERM"), log[-3000:]
     assert not (root / "output" / "success").exists() and not any((root / "model").iterdir()), log[-3000:]
     position = checkpoint_position(root)
+    assert expected is None or position == expected, (position, expected, log[-3000:])
     staged = [p for p in root.rglob("*") if p.name.startswith(".tmp-") or p.name.endswith(".staging")]
     assert not staged, staged                                            # no half-written file anywhere
     print(f"{case}: stopped {took_s:.1f} s after the signal; checkpoint position {position}")

@@ -154,13 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     # gradients are averaged over the ranks; the linear scaling rule multiplies the rate by the world size.
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * size, momentum=args.momentum)
     precision = torch_common.Precision.build(args.precision, device)
-    resume = torch_common.restore(args, model, optimizer, rank, size,
-                                  data.read_order(args.batch_size, args.seed, micro_batches), micro_batches,
-                                  collectives, states, precision, host_sharded=data.train.host_sharded)
-    code = torch_common.train(args, model, module, optimizer, data, device, setup.dali_device_id, rank, size,
-                              collectives, stop_request, resume, args.data_parallel, choice, states, precision,
-                              buffers_synced=args.data_parallel == "ddp", accumulation=accumulation,
-                              layout=setup.layout)
+    job = torch_common.TorchRank(args, choice, setup, device, rank, collectives, model, optimizer, args.data_parallel,
+                                 states, precision, accumulation, buffers_synced=args.data_parallel == "ddp")
+    code = torch_common.train(job, stop_request, torch_common.restore(job))
     if code == 0:
         dist.barrier()   # every rank leaves after rank 0 has saved
     dist.destroy_process_group()

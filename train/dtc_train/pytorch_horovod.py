@@ -71,17 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = distributed_optimizer(model, args.learning_rate * size, args.momentum, args.allreduce_compression,
                                       accumulation.micro_batches)
     precision = torch_common.Precision.build(args.precision, device, horovod=True)
-    resume = torch_common.restore(args, model, optimizer, rank, size,
-                                  data.read_order(args.batch_size, args.seed, accumulation.micro_batches),
-                                  accumulation.micro_batches, collectives, precision=precision,
-                                  host_sharded=data.train.host_sharded)
+    job = torch_common.TorchRank(args, choice, setup, device, rank, collectives, model, optimizer, "horovod",
+                                 precision=precision, accumulation=accumulation, buffers_synced=False)
+    resume = torch_common.restore(job)
     # parameters only: the buffers (batch normalization's statistics) are each rank's own, restored
     # from the checkpoint; a new job's are equal on every rank (same seed)
     hvd.broadcast_parameters(list(model.named_parameters()), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    code = torch_common.train(args, model, model, optimizer, data, device, setup.dali_device_id, rank, size,
-                              collectives, stop_request, resume, "horovod", choice, precision=precision,
-                              buffers_synced=False, accumulation=accumulation, layout=setup.layout)
+    code = torch_common.train(job, stop_request, resume)
     if code == 0:
         hvd.join()   # every rank leaves after rank 0 has saved
     return code

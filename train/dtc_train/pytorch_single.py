@@ -35,13 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)   # too few batches: refused here
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum)
     precision = torch_common.Precision.build(args.precision, device)
-    resume = torch_common.restore(args, model, optimizer, 0, 1,
-                                  data.read_order(args.batch_size, args.seed, accumulation.micro_batches),
-                                  accumulation.micro_batches, collectives, precision=precision,
-                                  host_sharded=data.train.host_sharded)
-    return torch_common.train(args, model, model, optimizer, data, device, setup.dali_device_id, 0, 1, collectives,
-                              stop_request, resume, "single", choice, precision=precision,
-                              accumulation=accumulation, layout=setup.layout)
+    job = torch_common.TorchRank(args, choice, setup, device, 0, collectives, model, optimizer, "single",
+                                 precision=precision, accumulation=accumulation)
+    return torch_common.train(job, stop_request, torch_common.restore(job))
 
 
 if __name__ == "__main__":

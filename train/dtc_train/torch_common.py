@@ -2,8 +2,9 @@
 DALI batches as tensors, the training loop, exact sharded validation, checkpoints and resuming
 from them, and the saved model.
 
-Checkpoints: rank 0 writes ``<checkpoint-dir>/checkpoint.pt`` atomically (``common.atomic_write``:
-staged outside the directory, fsync, rename) on the ``checkpoint-every`` schedule (default every
+Checkpoints: rank 0 writes ``<checkpoint-dir>/checkpoint.pt`` (one typed, versioned record:
+``torch_checkpoint.Checkpoint``) atomically (``common.atomic_write``: staged outside the
+directory, fsync, rename) on the ``checkpoint-every`` schedule (default every
 epoch), at the end, and when the job is stopped (``stop.StopRequest``: within 10 steps).
 One file holds everything a restart needs to go on as if it had not stopped: the position
 (epochs done, steps done in the next), the model, the optimizer, rank 0's RNG, the epoch's
@@ -42,11 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: caught by name
 
-from . import common, contract, dali_data, loop, observe, stop, torch_model
-
-CHECKPOINT_NAME = "checkpoint.pt"
-CHECKPOINT_KEYS = frozenset({"epoch", "model", "optimizer", "rng"})
-SHARDS_PREFIX = "shards-"
+from . import common, config, contract, dali_data, loop, observe, stop, torch_checkpoint, torch_model
 
 
 @dataclass(frozen=True)
@@ -333,36 +330,18 @@ def fsdp_local_gradients(model):
         model.set_requires_gradient_sync(True)
 
 
-def read_checkpoint(checkpoint_dir: str) -> dict | None:
-    """The checkpoint in ``checkpoint_dir`` as saved by ``save_checkpoint``, or ``None`` when there
-    is none or it cannot be read (logged with the reason)."""
-    path = os.path.join(checkpoint_dir, CHECKPOINT_NAME)
-    if not os.path.exists(path):
-        return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # a truncated or foreign file: start over rather than fail
-        common.log.warning("ignoring checkpoint %s, which cannot be read (%s: %s); training starts at epoch 1",
-                           path, type(error).__name__, error)
-        return None
-    if not isinstance(state, dict) or not CHECKPOINT_KEYS <= set(state) or not isinstance(state["epoch"], int):
-        common.log.warning("ignoring checkpoint %s: not one this trainer wrote (keys %s)", path,
-                           sorted(state) if isinstance(state, dict) else type(state).__name__)
-        return None
-    return state
-
-
-def _load_state(checkpoint_dir: str, state: dict, model, optimizer, states: StateDicts) -> None:
-    """Loads the checkpoint ``state`` (``read_checkpoint``) into ``model`` and ``optimizer``.
+def _load_state(checkpoint_dir: str, state: torch_checkpoint.Checkpoint, model, optimizer, states: StateDicts
+                ) -> None:
+    """Loads the checkpoint ``state`` (``torch_checkpoint.read``) into ``model`` and ``optimizer``.
 
     Raises:
         ValueError: the checkpoint holds a sharded state and this job's model is whole, or back;
             or its state does not load into ``model`` and ``optimizer``; or a sharded state's
             files cannot be read.
     """
-    path = os.path.join(checkpoint_dir, CHECKPOINT_NAME)
+    path = os.path.join(checkpoint_dir, torch_checkpoint.NAME)
     advice = "restart with the setting that wrote it, or give the job an empty checkpoint directory"
-    shards = state.get("sharded_state")
+    shards = state.sharded_state
     if bool(shards) != (states.shards is not None):
         raise ValueError(
             f"checkpoint {path} does not fit this model: it holds "
@@ -373,7 +352,7 @@ def _load_state(checkpoint_dir: str, state: dict, model, optimizer, states: Stat
         if shards:
             states.shards.load(model, optimizer, os.path.join(checkpoint_dir, shards))
         else:
-            states.load(model, optimizer, state["model"], state["optimizer"])
+            states.load(model, optimizer, state.model, state.optimizer)
     except CheckpointException as error:   # every rank's failures, gathered by DCP
         failure = next(iter(error.failures.values()))[0]
         raise ValueError(
@@ -389,14 +368,64 @@ def _load_state(checkpoint_dir: str, state: dict, model, optimizer, states: Stat
         ) from error
 
 
-def restore(args, model, optimizer, rank: int, size: int, order: dali_data.ReadOrder, micro_batches: int,
-            collectives: Collectives, states: StateDicts = PLAIN_STATE, precision: Precision = FP32,
-            host_sharded: bool = False) -> tuple[loop.Resume, dali_data.ReadOrder, str | None]:
-    """Loads rank 0's checkpoint (if any) into ``model`` and ``optimizer`` on every rank
-    (``states``), and fp16's loss scale into ``precision.scaler``. Returns where training goes on,
-    this rank's training order from there (``order``, a fresh job's, with its ``start``) and its
-    DALI position (``None``: a fresh pipeline). Call before building the training pipeline
-    (``dali_data.RankData.pipelines``).
+@dataclass(frozen=True)
+class TorchRank:
+    """One rank of a PyTorch trainer as its ``main`` builds it, passed whole to ``restore``,
+    ``train``, ``TorchBackend``, ``save_checkpoint`` and ``finish``.
+
+    Attributes:
+        args: the trainer's configuration (``config.TrainerConfig``).
+        choice: the model (``torch_model.ModelChoice``).
+        setup: what ``set_up_rank`` made: this rank's data, DALI's GPU, the layout, the unwrapped
+            model (``RankSetup.module``: what ``finish`` saves).
+        device: where the model trains.
+        rank: this rank (0 reports and writes).
+        collectives: Horovod's or ``torch.distributed``'s (``world_size`` ranks).
+        model: the model as wrapped for training (DDP, FSDP2; the module itself under Horovod or
+            alone).
+        optimizer: its optimizer (Horovod's ``DistributedOptimizer`` under Horovod).
+        strategy: the name the observer reports (``horovod``, ``ddp``, ``fsdp``, ``single``).
+        states: how the model's and optimizer's state are read and loaded (``StateDicts``).
+        precision: the autocast dtype and loss scaling (``Precision``).
+        accumulation: micro-batches per optimizer step (``Accumulation``).
+        buffers_synced: the wrapper keeps floating-point buffers equal on every rank (DDP);
+            otherwise they are averaged after each epoch's steps (``average_buffers``).
+    """
+
+    args: config.TrainerConfig
+    choice: torch_model.ModelChoice
+    setup: RankSetup
+    device: torch.device
+    rank: int
+    collectives: Collectives
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    strategy: str
+    states: StateDicts = PLAIN_STATE
+    precision: Precision = FP32
+    accumulation: Accumulation = NO_ACCUMULATION
+    buffers_synced: bool = True
+
+    @property
+    def size(self) -> int:
+        return self.collectives.world_size
+
+    @property
+    def data(self) -> dali_data.RankData:
+        return self.setup.data
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps per epoch (``Accumulation.optimizer_steps``)."""
+        return self.accumulation.optimizer_steps(self.data.steps_per_epoch, self.args.batch_size)
+
+
+def restore(job: TorchRank) -> tuple[loop.Resume, dali_data.ReadOrder, str | None]:
+    """Loads rank 0's checkpoint (if any) into ``job.model`` and ``job.optimizer`` on every rank
+    (``job.states``), and fp16's loss scale into ``job.precision.scaler``. Returns where training
+    goes on, this rank's training order from there (``RankData.read_order``, with its ``start``)
+    and its DALI position (``None``: a fresh pipeline). Call before building the training
+    pipeline (``dali_data.RankData.pipelines``).
 
     A checkpoint of this world size and epoch length resumes exactly: the writer's order and DALI
     position (augmentation included). One written mid-epoch by another world size, or another
@@ -408,19 +437,31 @@ def restore(args, model, optimizer, rank: int, size: int, order: dali_data.ReadO
     with the instance count, or a channel of another size starts the epoch again.
 
     Raises:
-        ValueError: the checkpoint's state does not load into ``model`` and ``optimizer``.
+        ValueError: the checkpoint's state does not load into the model and optimizer, or its
+            version is newer than this image's (``torch_checkpoint.read``).
     """
-    state = collectives.broadcast_object(read_checkpoint(args.checkpoint_dir) if rank == 0 else None)
+    args, rank, size, micro_batches = job.args, job.rank, job.size, job.accumulation.micro_batches
+    order = job.data.read_order(args.batch_size, args.seed, micro_batches)
+    host_sharded = job.data.train.host_sharded
+    found: torch_checkpoint.Checkpoint | str | None = None
+    if rank == 0:
+        try:
+            found = torch_checkpoint.read(args.checkpoint_dir)
+        except ValueError as error:   # raised on every rank below, not on rank 0 alone
+            found = str(error)
+    state = job.collectives.broadcast_object(found)
+    if isinstance(state, str):
+        raise ValueError(state)
     if state is None:
         return loop.Resume(), order, None
-    _load_state(args.checkpoint_dir, state, model, optimizer, states)
-    if precision.scaler is not None and state.get("grad_scaler"):
-        precision.scaler.load_state_dict(state["grad_scaler"])
-    epoch, step = state["epoch"], state.get("step", 0)
+    _load_state(args.checkpoint_dir, state, job.model, job.optimizer, job.states)
+    if job.precision.scaler is not None and state.grad_scaler:
+        job.precision.scaler.load_state_dict(state.grad_scaler)
+    epoch, step = state.epoch, state.step
     steps_per_epoch = order.batches_per_epoch // micro_batches
-    positions = state.get("data_positions") or []
-    saved = state.get("data_order") or {}
-    same_layout = (len(positions) == size and state.get("steps_per_epoch") == steps_per_epoch
+    positions = state.data_positions or []
+    saved = state.data_order or {}
+    same_layout = (len(positions) == size and state.steps_per_epoch == steps_per_epoch
                    and saved.get("batch_size") == order.batch_size and saved.get("samples") == order.samples)
     mapped = step and saved.get("samples") == order.samples and not saved.get("host_sharded") and not host_sharded
     position = None
@@ -432,7 +473,7 @@ def restore(args, model, optimizer, rank: int, size: int, order: dali_data.ReadO
         if rank == 0:
             common.log.info("the checkpoint was written by %d ranks with %s steps per epoch, this job has %d with %d: "
                             "epoch %d goes on after the %d samples of its order read so far, at step %d",
-                            len(positions), state.get("steps_per_epoch"), size, steps_per_epoch, epoch + 1,
+                            len(positions), state.steps_per_epoch, size, steps_per_epoch, epoch + 1,
                             saved["offset"], order.start[1] // micro_batches)
         step = order.start[1] // micro_batches
     else:
@@ -440,66 +481,64 @@ def restore(args, model, optimizer, rank: int, size: int, order: dali_data.ReadO
             common.log.warning("the checkpoint was written by %d ranks with %s steps per epoch over %s training "
                                "samples, this job has %d with %d over %d%s: its data positions do not apply, so "
                                "epoch %d starts again at its first step", len(positions),
-                               state.get("steps_per_epoch"), saved.get("samples"), size, steps_per_epoch,
+                               state.steps_per_epoch, saved.get("samples"), size, steps_per_epoch,
                                order.samples, " (ShardedByS3Key)" if host_sharded or saved.get("host_sharded") else "",
                                epoch + 1)
         step = 0
         order = dataclasses.replace(order, start=(epoch, 0, 0))
     if rank == 0:
-        torch.set_rng_state(state["rng"])
+        torch.set_rng_state(state.rng)
         common.log.info("resuming from %s: epoch %d of %d done, %d of %d steps of epoch %d done",
-                        os.path.join(args.checkpoint_dir, CHECKPOINT_NAME), epoch, args.epochs, step,
+                        os.path.join(args.checkpoint_dir, torch_checkpoint.NAME), epoch, args.epochs, step,
                         steps_per_epoch, epoch + 1)
-    buffers = state.get("rank_buffers") or []
+    buffers = state.rank_buffers or []
     if len(buffers) == size:   # this rank's own running statistics, as an uninterrupted job has them
-        own = dict(model.named_buffers())
+        own = dict(job.model.named_buffers())
         with torch.no_grad():
             for name, value in buffers[rank].items():
                 own[name].copy_(value)
-    sums = state.get("train_sums") if step else None
-    resume = loop.Resume(epoch, step, None if sums is None else np.asarray(sums, dtype=np.float64),
-                         state.get("plateau"))
+    sums = state.train_sums if step else None
+    resume = loop.Resume(epoch, step, None if sums is None else np.asarray(sums, dtype=np.float64), state.plateau)
     return resume, order, position
 
 
-def save_checkpoint(args, epoch: int, step: int, model, optimizer, train_batches: "Batches",
-                    total: np.ndarray | None, rank: int, steps_per_epoch: int, collectives: Collectives,
-                    states: StateDicts = PLAIN_STATE, precision: Precision = FP32,
-                    plateau_state: dict | None = None, data_order: dict | None = None) -> None:
-    """Writes the checkpoint of position (``epoch`` done, ``step`` steps of the next done), with
-    the epoch's training sums so far over every rank (``total``, ``loop.SUMS``), the
-    early-stopping state ``plateau_state`` and the training order's state ``data_order``
-    (``TorchBackend.data_order``). Collective: every rank calls it at the same step (its
-    data position is gathered, and a sharded model's state); rank 0 writes."""
+def save_checkpoint(job: TorchRank, train_batches: "Batches", position: tuple[int, int], total: np.ndarray | None,
+                    plateau_state: dict | None, data_order: dict | None) -> None:
+    """Writes the checkpoint (``torch_checkpoint.Checkpoint``) of ``position`` (epochs done, steps
+    of the next done), with the epoch's training sums so far over every rank (``total``,
+    ``loop.SUMS``), the early-stopping state ``plateau_state`` and the training order's state
+    ``data_order`` (``TorchBackend.data_order``). Collective: every rank calls it at the same step
+    (its data position is gathered, and a sharded model's state); rank 0 writes."""
+    collectives, states, checkpoint_dir = job.collectives, job.states, job.args.checkpoint_dir
     positions = collectives.allgather_object(train_batches.position())
-    buffers = collectives.allgather_object(rank_buffers(model))
-    checkpoint = {"epoch": epoch, "step": step, "steps_per_epoch": steps_per_epoch, "rng": torch.get_rng_state(),
-                  "train_sums": None if total is None else torch.from_numpy(np.asarray(total, dtype=np.float64)),
-                  "data_positions": positions, "data_order": data_order,
-                  "rank_buffers": buffers if any(buffers) else None,
-                  "grad_scaler": precision.scaler.state_dict() if precision.scaler is not None else None,
-                  "plateau": plateau_state}
+    buffers = collectives.allgather_object(rank_buffers(job.model))
+    model_state = optimizer_state = shards = None
     if states.shards is not None:
-        shards = collectives.broadcast_object(f"{SHARDS_PREFIX}{time.time_ns()}" if rank == 0 else None)
-        states.shards.save(model, optimizer, os.path.join(args.checkpoint_dir, shards))
-        checkpoint.update(model=None, optimizer=None, sharded_state=shards)
+        shards = collectives.broadcast_object(
+            f"{torch_checkpoint.SHARDS_PREFIX}{time.time_ns()}" if job.rank == 0 else None)
+        states.shards.save(job.model, job.optimizer, os.path.join(checkpoint_dir, shards))
     else:
-        model_state, optimizer_state = states.get(model, optimizer)
-        checkpoint.update(model=model_state, optimizer=optimizer_state)
-    if rank == 0:
-        common.atomic_write(os.path.join(args.checkpoint_dir, CHECKPOINT_NAME),
-                            lambda tmp: torch.save(checkpoint, tmp))
+        model_state, optimizer_state = states.get(job.model, job.optimizer)
+    if job.rank == 0:
+        torch_checkpoint.write(checkpoint_dir, torch_checkpoint.Checkpoint(
+            epoch=position[0], step=position[1],
+            steps_per_epoch=job.steps_per_epoch,
+            rng=torch.get_rng_state(),
+            train_sums=None if total is None else torch.from_numpy(np.asarray(total, dtype=np.float64)),
+            data_positions=positions, data_order=data_order, rank_buffers=buffers if any(buffers) else None,
+            grad_scaler=job.precision.scaler.state_dict() if job.precision.scaler is not None else None,
+            plateau=plateau_state, model=model_state, optimizer=optimizer_state, sharded_state=shards))
     if states.shards is not None:
         collectives.sum_scalar(0.0, "checkpoint_written")   # checkpoint.pt names the new shards on every host
         if states.shards.prunes:
-            remove_older_shards(args.checkpoint_dir, keep=shards)
+            remove_older_shards(checkpoint_dir, keep=shards)
 
 
 def remove_older_shards(checkpoint_dir: str, keep: str) -> None:
     """Removes the shard directories (``shards-*``) in ``checkpoint_dir`` other than ``keep``; one
     already gone (another host's rank removing it from a shared directory) is skipped."""
     for entry in os.scandir(checkpoint_dir):
-        if entry.name.startswith(SHARDS_PREFIX) and entry.name != keep and entry.is_dir():
+        if entry.name.startswith(torch_checkpoint.SHARDS_PREFIX) and entry.name != keep and entry.is_dir():
             shutil.rmtree(entry.path, ignore_errors=True)
 
 
@@ -681,29 +720,20 @@ class TorchBackend:
     ``collectives`` total the sums and gather the checkpoint's data positions.
 
     Args:
-        args: the trainer config (``batch_size``, ``label_smoothing``, ``profile_steps``,
-            ``epochs``, ``tensorboard_dir``, ``checkpoint_dir``, ...).
-        model: the model as wrapped for training (DDP, FSDP2, or the module under Horovod).
-        optimizer: its optimizer (Horovod's ``DistributedOptimizer`` under Horovod).
-        data: this rank's share of the channels (``dali_data.RankData``).
+        job: the rank (``TorchRank``: its config, model, optimizer, collectives, state dicts,
+            precision, accumulation).
         order: the training pipeline's order (``dali_data.ReadOrder``, from ``restore``).
         train_batches, val_batches: this rank's DALI batches (``Batches``).
-        buffers_synced: the wrapper keeps floating-point buffers equal on every rank (DDP);
-            otherwise they are averaged after each epoch's steps (``average_buffers``).
     """
 
-    def __init__(self, args, model, optimizer, data: dali_data.RankData, order: dali_data.ReadOrder,
-                 train_batches: "Batches", val_batches: "Batches", rank: int, collectives: Collectives,
-                 states: StateDicts = PLAIN_STATE, precision: Precision = FP32, buffers_synced: bool = True,
-                 accumulation: Accumulation = NO_ACCUMULATION):
-        self.args, self.model, self.optimizer, self.data, self.order = args, model, optimizer, data, order
-        self.train_batches, self.val_batches = train_batches, val_batches
-        self.rank, self.collectives, self.states, self.precision = rank, collectives, states, precision
-        self.buffers_synced, self.accumulation = buffers_synced, accumulation
-        self.world_size = self.rate_scale = collectives.world_size
-        self.steps_per_epoch = accumulation.optimizer_steps(data.steps_per_epoch, args.batch_size)
-        self.profiler = StepProfiler(args.profile_steps, args.epochs * self.steps_per_epoch, args.tensorboard_dir,
-                                     rank)
+    def __init__(self, job: TorchRank, order: dali_data.ReadOrder, train_batches: "Batches",
+                 val_batches: "Batches"):
+        self.job, self.order, self.train_batches, self.val_batches = job, order, train_batches, val_batches
+        self.rank = job.rank
+        self.world_size = self.rate_scale = job.size
+        self.steps_per_epoch = job.steps_per_epoch
+        self.profiler = StepProfiler(job.args.profile_steps, job.args.epochs * self.steps_per_epoch,
+                                     job.args.tensorboard_dir, job.rank)
 
     def begin_epoch(self, epoch: int, first_step: int) -> None:
         pass   # the training pipeline is endless, its epochs those of self.order
@@ -713,79 +743,76 @@ class TorchBackend:
         steps of epoch ``epoch`` (``restore``): the order's ``start`` (this world size's exact
         resume), the samples of the epoch's permutation read by then, the order's size and batch."""
         return {"start": list(self.order.start), "samples": self.order.samples, "batch_size": self.order.batch_size,
-                "offset": self.order.offset(epoch, step * self.accumulation.micro_batches),
-                "host_sharded": self.data.train.host_sharded}
+                "offset": self.order.offset(epoch, step * self.job.accumulation.micro_batches),
+                "host_sharded": self.job.data.train.host_sharded}
 
     def set_learning_rate(self, rate: float) -> None:
-        for group in self.optimizer.param_groups:
+        for group in self.job.optimizer.param_groups:
             group["lr"] = rate
 
     def train_step(self, global_step: int) -> "np.ndarray | PendingSums":
         self.profiler.before_step(global_step)
-        sums = train_step(self.model, self.optimizer, self.train_batches, self.precision, self.args.label_smoothing,
-                          self.accumulation)
+        sums = train_step(self.job.model, self.job.optimizer, self.train_batches, self.job.precision,
+                          self.job.args.label_smoothing, self.job.accumulation)
         self.profiler.after_step(global_step)
         return sums
 
     def total(self, sums: np.ndarray, name: str) -> np.ndarray:
-        return self.collectives.allreduce_sum(torch.from_numpy(sums), name).numpy()
+        return self.job.collectives.allreduce_sum(torch.from_numpy(sums), name).numpy()
 
     def sum_scalar(self, value: float, name: str) -> float:
-        return self.collectives.sum_scalar(value, name)
+        return self.job.collectives.sum_scalar(value, name)
 
     def end_training_steps(self) -> None:
-        if not self.buffers_synced:
-            average_buffers(self.model, self.collectives)
+        if not self.job.buffers_synced:
+            average_buffers(self.job.model, self.job.collectives)
 
     def evaluate(self) -> tuple[float, float, int]:
-        return evaluate(self.model, self.val_batches, self.data.val_shard, self.collectives)
+        return evaluate(self.job.model, self.val_batches, self.job.data.val_shard, self.job.collectives)
 
     def save(self, epoch: int, step: int, train_sums: np.ndarray | None, plateau_state: dict) -> None:
-        save_checkpoint(self.args, epoch, step, self.model, self.optimizer, self.train_batches, train_sums, self.rank,
-                        self.steps_per_epoch, self.collectives, self.states, self.precision, plateau_state,
+        save_checkpoint(self.job, self.train_batches, (epoch, step), train_sums, plateau_state,
                         self.data_order(epoch, step))
 
 
-def train(args, model, module: torch.nn.Module, optimizer, data: dali_data.RankData, device: torch.device,
-          dali_device_id: int | None, rank: int, size: int, collectives: Collectives,
-          stop_request: stop.StopRequest, resume: tuple[loop.Resume, dali_data.ReadOrder, str | None], strategy: str,
-          choice: torch_model.ModelChoice, states: StateDicts = PLAIN_STATE, precision: Precision = FP32,
-          buffers_synced: bool = True, accumulation: Accumulation = NO_ACCUMULATION,
-          layout: torch.memory_format = torch.contiguous_format) -> int:
-    """Builds this rank's pipelines for ``choice``'s input (the training one at ``resume``'s data
-    position: ``restore``; batches in the model's ``layout``), trains (``loop.fit`` with a
-    ``TorchBackend``), saves the model (``finish``, from ``module``: the model without its
-    data-parallel wrapper) and writes the report. Returns 0, or ``128 + N`` when stopped by
+def train(job: TorchRank, stop_request: stop.StopRequest,
+          resume: tuple[loop.Resume, dali_data.ReadOrder, str | None]) -> int:
+    """Builds this rank's pipelines for ``job.choice``'s input (the training one at ``resume``'s
+    data position: ``restore``; batches in the model's layout), trains (``loop.fit`` with a
+    ``TorchBackend``), saves the model (``finish``, from ``job.setup.module``: the model without
+    its data-parallel wrapper) and writes the report. Returns 0, or ``128 + N`` when stopped by
     signal N (the checkpoint written, the report too)."""
+    args, setup, rank, size = job.args, job.setup, job.rank, job.size
     position, order, data_position = resume
-    train_pipe, val_pipe = data.pipelines(args.batch_size, order=order, device_id=dali_device_id, layout="CHW",
-                                          seed=args.seed, num_threads=args.dali_threads, spec=choice.images,
-                                          train_position=data_position)
-    backend = TorchBackend(args, model, optimizer, data, order, Batches(train_pipe, device, layout),
-                           Batches(val_pipe, device, layout), rank,
-                           collectives, states, precision, buffers_synced, accumulation)
+    train_pipe, val_pipe = setup.data.pipelines(args.batch_size, order=order, device_id=setup.dali_device_id,
+                                                layout="CHW", seed=args.seed, num_threads=args.dali_threads,
+                                                spec=job.choice.images, train_position=data_position)
+    backend = TorchBackend(job, order, Batches(train_pipe, job.device, setup.layout),
+                           Batches(val_pipe, job.device, setup.layout))
     observer = observe.Observer(args, rank, size, backend.steps_per_epoch,
-                                args.batch_size * accumulation.micro_batches * size, strategy)
-    if rank == 0 and precision.dtype is not None:
-        common.log.info("precision %s: forward pass and loss under torch.autocast(%s, %s)%s", precision.name,
-                        device.type, precision.dtype, ", loss scaling (GradScaler)" if precision.scaler else "")
+                                args.batch_size * job.accumulation.micro_batches * size, job.strategy)
+    if rank == 0 and job.precision.dtype is not None:
+        common.log.info("precision %s: forward pass and loss under torch.autocast(%s, %s)%s", job.precision.name,
+                        job.device.type, job.precision.dtype,
+                        ", loss scaling (GradScaler)" if job.precision.scaler else "")
     if rank == 0:
-        loop.log_accumulation(accumulation.micro_batches, args.batch_size, size, backend.steps_per_epoch)
-    return loop.run(loop.Rules.of(args), backend, observer, stop_request, position, lambda val_accuracy: finish(
-        args, module, rank, size, val_accuracy, choice, data.classes, states, precision.name))
+        loop.log_accumulation(job.accumulation.micro_batches, args.batch_size, size, backend.steps_per_epoch)
+    return loop.run(loop.Rules.of(args), backend, observer, stop_request, position,
+                    lambda val_accuracy: finish(job, val_accuracy))
 
 
-def finish(args, model: torch.nn.Module, rank: int, size: int, val_accuracy: float, choice: torch_model.ModelChoice,
-           classes: tuple[str, ...], states: StateDicts = PLAIN_STATE, precision: str = "fp32") -> None:
-    """Every rank prints its weights' digest (of the whole model: ``states``); rank 0 saves
+def finish(job: TorchRank, val_accuracy: float) -> None:
+    """Every rank prints its weights' digest (of the whole model: ``job.states``); rank 0 saves
     ``model.pth`` (state dict) and ``model.json`` (``ModelChoice.describe``: what rebuilds it,
-    its input and its ``classes``) to the model directory."""
-    model_state, _ = states.get(model, None)
-    loop.emit_digest(rank, size, (v.detach().cpu().numpy() for v in model_state.values()))
-    if rank != 0:
+    its input and its classes) to the model directory."""
+    model_state, _ = job.states.get(job.setup.module, None)
+    loop.emit_digest(job.rank, job.size, (v.detach().cpu().numpy() for v in model_state.values()))
+    if job.rank != 0:
         return
     state = {k: v.detach().cpu() for k, v in model_state.items()}
-    common.atomic_write(os.path.join(args.model_dir, "model.pth"), lambda tmp: torch.save(state, tmp))
-    common.write_json(os.path.join(args.model_dir, "model.json"), choice.describe(
-        classes, val_accuracy=val_accuracy, epochs=args.epochs, world_size=size, precision=precision))
-    common.log.info("saved %s", os.path.join(args.model_dir, "model.pth"))
+    model_dir = job.args.model_dir
+    common.atomic_write(os.path.join(model_dir, "model.pth"), lambda tmp: torch.save(state, tmp))
+    common.write_json(os.path.join(model_dir, "model.json"), job.choice.describe(
+        job.data.classes, val_accuracy=val_accuracy, epochs=job.args.epochs, world_size=job.size,
+        precision=job.precision.name))
+    common.log.info("saved %s", os.path.join(model_dir, "model.pth"))
