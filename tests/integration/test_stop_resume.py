@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import pytest
 
+from dtc_train import stop
 from helpers import (
     BIN,
     DIGEST,
@@ -46,7 +47,7 @@ pytestmark = pytest.mark.e2e
 EPOCH_SECONDS = re.compile(r"epoch_seconds=([0-9.]+)")
 # how long rank 0 holds at the step a job is stopped after (DTC_FAULT stall=): SIGTERM comes
 # within it, however slow the machine
-HOLD_S = 15
+HOLD_S = 10
 EPOCHS = 4
 # every strategy's sagemaker_* keys, and builtin:pytorch with no distribution (dtc_train.pytorch_single)
 CASES = {**{case: strategy.hyperparameters() for case, strategy in STRATEGIES.items()},
@@ -162,16 +163,17 @@ def check_stop_and_resume(case: str, digits_channels, tmp_path, epochs: int = EP
     full_accuracy, full_digests = final(full.stdout)
 
     # A random step after the first epoch (start-up: test_a_job_stopped_while_starting_exits_at_once)
-    # and before the last, step s of epoch k: rank 0 holds there for HOLD_S (DTC_FAULT stall=,
-    # dtc_train.fault), the other ranks wait for it in their next collective, and SIGTERM comes as
-    # its line is read. Every rank then stops after that very step, however slow the machine: the
-    # checkpoint's position is (k - 1, s). (A SIGTERM timed in seconds overshot the job's end twice
-    # in CI runs of 2026-11-28, one timed from the uninterrupted run, one from the stopped run's
-    # own epoch k, which took 10.4 s where the two after it took 2.3 and 1.4 s; and one sent as
-    # rank 0's progress line of a step was read, here beside a CI run, reached the ranks after
-    # their last step.) The parameter-server trainer's chief schedules its steps on the workers
-    # and holds at none: it is stopped after the metric line of a random epoch k (2 <= k <=
-    # epochs - 2), a random part (up to 3/4) of its fastest epoch in either run later.
+    # and before the last: rank 0 holds there for HOLD_S (DTC_FAULT stall=, dtc_train.fault), the
+    # other ranks wait for it in their next collective, and SIGTERM comes as its line is read.
+    # Every rank then stops after the first step from there at which they compare notes
+    # (stop.AGREE_EVERY_STEPS), however slow the machine: the checkpoint's position is that
+    # step's. (A SIGTERM timed in seconds overshot the job's end twice in CI runs of 2026-11-28,
+    # one timed from the uninterrupted run, one from the stopped run's own epoch k, which took
+    # 10.4 s where the two after it took 2.3 and 1.4 s; and one sent as rank 0's progress line of
+    # a step was read reached the ranks after their last step, here beside a CI run.) The
+    # parameter-server trainer's chief schedules its steps on the workers and holds at none: it is
+    # stopped after the metric line of a random epoch k (2 <= k <= epochs - 2), a random part (up
+    # to 3/4) of its fastest epoch in either run later.
     seed = random.randrange(1 << 30)
     chance = random.Random(seed)
     root = job(case, tmp_path / "stopped", digits_channels, **hyperparameters)
@@ -185,11 +187,14 @@ def check_stop_and_resume(case: str, digits_channels, tmp_path, epochs: int = EP
                                     after=METRIC, nth=after_epoch)
     else:
         [steps] = {int(total) for *_, total, _, _ in PROGRESS.findall(full.stdout)}
-        epoch, step = chance.randint(2, epochs - 1), chance.randint(1, steps - 1)
-        print(f"{case}: SIGTERM at step {step} of {steps} of epoch {epoch} (random seed {seed})")
-        code, took_s, log = stop_at(root, 0.0, after=FAULT_LINE, env={
-            "DTC_FAULT": f"rank=0 step={(epoch - 1) * steps + step} stall={HOLD_S}"})
-        expected = (epoch - 1, step)
+        held = (chance.randint(2, epochs - 1) - 1) * steps + chance.randint(1, steps - 1)   # a global step
+        # the ranks compare notes every AGREE_EVERY_STEPS steps: they stop after the next such step
+        stops = -(-held // stop.AGREE_EVERY_STEPS) * stop.AGREE_EVERY_STEPS
+        expected = ((stops - 1) // steps, stops - (stops - 1) // steps * steps)
+        print(f"{case}: SIGTERM while rank 0 holds after step {held} of {epochs} x {steps}; the ranks stop after "
+              f"step {stops} (random seed {seed})")
+        code, took_s, log = stop_at(root, 0.0, after=FAULT_LINE,
+                                    env={"DTC_FAULT": f"rank=0 step={held} stall={HOLD_S}"})
     assert code == 128 + signal.SIGTERM, log[-3000:]
     assert took_s < 60, f"{took_s:.0f} s from SIGTERM to exit"
     assert (root / "output" / "failure").read_text().splitlines()[0].endswith("was stopped by SIGTERM"), log[-3000:]
