@@ -44,7 +44,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dtc_entrypoint import launchers
-from dtc_entrypoint.launchers import Strategy
 
 from . import job_tree
 
@@ -178,7 +177,7 @@ def distribution_hyperparameters(job: ClusterJob) -> dict[str, object]:
     and ``local/image.py``), plus the processes per host."""
     flags: dict[str, object] = {}
     if job.distribution != "none":
-        launcher = launchers.of(Strategy(job.distribution))
+        launcher = launchers.of(job.distribution)
         flags.update(launcher.sdk_hyperparameters)
         if launcher.sdk_instance_type:
             flags["sagemaker_instance_type"] = job.instance_type

@@ -179,7 +179,7 @@ def test_a_way_of_training_registered_from_outside_runs_on_two_hosts_in_the_imag
     for host in HOSTS:
         hyperparameters = json.loads((tmp_path / "job" / host / "input" / "config" / "hyperparameters.json")
                                      .read_text())
-        assert hyperparameters["sagemaker_once_per_host_enabled"] is True
+        assert json.loads(hyperparameters["sagemaker_once_per_host_enabled"]) is True   # as SDK v2 encodes it
         assert f"[{host}] epoch=2/2 " in log and f"host {host}: strategy=once_per_host role=launcher" in log, \
             log[-4000:]
         assert json.loads((tmp_path / "job" / host / "model" / "model.json").read_text()) == \

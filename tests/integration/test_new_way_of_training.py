@@ -37,6 +37,17 @@ def test_a_launcher_and_a_trainer_registered_as_entry_points_are_planned_on_ever
     assert "ignoring hyperparameters this image does not read: sagemaker_once_per_host_enabled" in unknown.stderr
 
 
+def test_an_entry_point_that_is_not_a_launcher_fails_the_job_naming_it(make_job, tmp_path):
+    broken = tmp_path / "broken-1.0.dist-info"
+    broken.mkdir()
+    (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 1.0\n")
+    (broken / "entry_points.txt").write_text("[dtc.launchers]\nbroken = once_per_host.numbers:TRAINER\n")
+    done = run_train(make_job(JOB), "--plan", env={"PYTHONPATH": f"{tmp_path}:{PLUGIN['PYTHONPATH']}"})
+    assert done.returncode == 2 and done.failure.startswith(
+        "entry point broken = once_per_host.numbers:TRAINER (group dtc.launchers) is a Trainer, not a "
+        "dtc_entrypoint.launchers.Launcher"), done.output
+
+
 def test_the_registered_trainer_runs_through_the_built_in_trainers_loop(make_job):
     root = make_job(JOB)
     done = run_train(root, env=PLUGIN)

@@ -72,7 +72,7 @@ def components_needed(strategy: str, program: str | None) -> frozenset[str]:
     ``all`` (``gpu-check``): every component."""
     if strategy == "all":
         return frozenset(COMPONENTS)
-    needed = set(launchers.of(Strategy(strategy)).needs)
+    needed = set(launchers.of(strategy).needs)
     if program == "builtin:pytorch":
         needed |= {"torch", "dali"}
     elif program == "builtin:tensorflow":
