@@ -60,9 +60,9 @@ def main(argv: list[str] | None = None) -> None:
     place = dali_data.Place(0, 1, 0, 1, contract.current_host())
     data = dali_data.rank_data("training", "validation", args.batch_size, place, lambda obj: [obj])
     gpu = args.device == "cuda"
-    pipes = data.pipelines(args.batch_size, order=data.read_order(args.batch_size, args.seed),
-                           device_id=0 if gpu else None, layout="CHW", seed=args.seed,
-                           num_threads=args.dali_threads, spec=choice.images)
+    decoding = dali_data.Decoding(0 if gpu else None, "CHW", choice.images, args.dali_threads)
+    pipes = data.pipelines(args.batch_size, decoding, order=data.read_order(args.batch_size, args.seed),
+                           seed=args.seed)
     batches, val_batches = (DALIGenericIterator([pipe], ["images", "labels"], size=-1, auto_reset=True)
                             for pipe in pipes)
     layout = torch_common.memory_format(torch.device(args.device), args.data_parallel)   # as that trainer's

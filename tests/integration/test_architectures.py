@@ -239,14 +239,15 @@ def test_the_pipeline_gives_the_model_its_input(photos_channels):
     changes from epoch to epoch."""
     spec = torch_model.ModelChoice.from_args("resnet18", 32, "auto", None).images
     listing = list_images(str(photos_channels / "validation"))
-    evaluation = dali_data.image_pipeline(listing, 8, device_id=None, layout="CHW", spec=spec)
+    decoding = dali_data.Decoding(None, "CHW", spec)
+    evaluation = dali_data.evaluation_pipeline(listing, 8, decoding)
     images, labels = (np.array(out.as_tensor()) for out in evaluation.run())
     assert images.shape == (8, 3, 32, 32) and images.dtype == np.float32
     assert labels.ravel().tolist() == list(listing.labels[:8])
     reference = np.stack([eval_input(photos_channels / "validation" / f, spec) for f in listing.files[:8]])
     assert np.abs(images - reference).mean() < 0.01, np.abs(images - reference).mean()   # 0.01 std: 0.6 pixel levels
     order = dali_data.ReadOrder(len(listing), 8, 0, 1, 1, seed=1)
-    training = dali_data.image_pipeline(listing, 8, order=order, device_id=None, layout="CHW", spec=spec, seed=1)
+    training = dali_data.training_pipeline(listing, 8, decoding, order, seed=1)
     first = np.array(training.run()[0].as_tensor())
     assert first.shape == (8, 3, 32, 32)
     assert not np.allclose(first, images)

@@ -95,7 +95,7 @@ def test_dali_reads_the_order_and_a_resumed_rank_reads_the_rest(tmp_path):
     listing = list_images(str(tmp_path))
 
     def labels(order, batches: int, position=None):
-        pipe = dali_data.image_pipeline(listing, 3, order=order, device_id=None, layout="CHW", position=position)
+        pipe = dali_data.training_pipeline(listing, 3, dali_data.Decoding(None, "CHW"), order, position=position)
         read = [int(label) for _ in range(batches) for label in np.array(pipe.run()[1].as_tensor()).ravel()]
         return read, pipe
 

@@ -30,6 +30,7 @@ import functools
 import logging
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -249,25 +250,35 @@ def steps_per_epoch(total: int, batch_size: int, world_size: int) -> int:
     return math.ceil(total / (batch_size * world_size))
 
 
-def image_pipeline(listing: Channel, batch_size: int, *, order: ReadOrder | None = None, one_epoch: bool = False,
-                   shard: tuple[int, int] = (0, 1), device_id: int | None, layout: str,
-                   spec: ImageSpec = DIGITS_IMAGES, seed: int = 0, num_threads: int = 2, position: str | None = None):
-    """Builds the DALI pipeline for one channel.
+@dataclass(frozen=True)
+class Decoding:
+    """Where and how a pipeline decodes its images, the same for a rank's training and
+    validation pipelines.
+
+    Attributes:
+        device_id: the GPU for decoding and outputs, or ``None`` for CPU only.
+        layout: ``"CHW"`` (PyTorch) or ``"HWC"`` (TensorFlow).
+        spec: the model's input (channels, size, normalisation) and the training augmentation.
+        num_threads: DALI's CPU threads per pipeline (``--dali-threads``).
+    """
+
+    device_id: int | None
+    layout: str
+    spec: ImageSpec = DIGITS_IMAGES
+    num_threads: int = 2
+
+
+def training_pipeline(listing: Channel, batch_size: int, decoding: Decoding, order: ReadOrder, *, seed: int = 0,
+                      position: str | None = None, one_epoch: bool = False):
+    """The DALI pipeline of one rank's training batches: the samples of each batch of ``order``
+    (``ReadOrder``; endless), augmented when ``decoding.spec`` asks. Their paths come from a DALI
+    ``external_source`` (PyTorch's iterator), or, with ``one_epoch``, the first epoch of ``order``
+    is listed for ``fn.readers.file`` (DALI's TensorFlow dataset takes no Python source; that
+    pipeline is built per epoch and wraps around after it).
 
     Args:
         listing: the channel's image files (``channel.list_images``).
         batch_size: samples per batch on this rank.
-        order: training: the samples of each batch (``ReadOrder``; the pipeline is endless),
-            augmented when ``spec`` asks. Their paths come from a DALI ``external_source``
-            (PyTorch's iterator), or, with ``one_epoch``, the first epoch of ``order`` is listed
-            for ``fn.readers.file`` (DALI's TensorFlow dataset takes no Python source; that
-            pipeline is built per epoch and wraps around after it).
-        shard: without ``order``, evaluation: shard ``(shard_id, num_shards)`` read in order by
-            ``fn.readers.file``, the last batch padded with its last sample, starting over at the
-            shard's beginning.
-        device_id: the GPU for decoding and outputs, or ``None`` for CPU only.
-        layout: ``"CHW"`` (PyTorch) or ``"HWC"`` (TensorFlow).
-        spec: the model's input (channels, size, normalisation) and the training augmentation.
         seed: the pipeline's random seed (augmentation).
         position: a checkpoint of this pipeline (DALI checkpointing, enabled on every pipeline
             built here): its batch count and RNG go on from it, so a restarted job reads and
@@ -275,32 +286,56 @@ def image_pipeline(listing: Channel, batch_size: int, *, order: ReadOrder | None
             operators and arguments (``order`` included) as the pipeline that wrote it.
 
     Returns:
+        a built ``nvidia.dali.Pipeline`` (``_build``'s outputs).
+    """
+    from nvidia.dali import fn, types  # noqa: PLC0415  (DALI only when a pipeline is built)
+
+    def read():
+        if one_epoch:
+            indices = np.concatenate([order.indices(i) for i in range(order.batches_per_epoch - order.start[1])])
+            return fn.readers.file(file_root=listing.root, files=[listing.files[i] for i in indices],
+                                   labels=[listing.labels[i] for i in indices], name=READER_NAME)
+        # the trainer's order: paths and labels, the files read by DALI's threads
+        padded, lengths, labels = fn.external_source(source=_BatchSource(listing, order), num_outputs=3, batch=True,
+                                                     batch_info=True, dtype=[types.UINT8, types.INT32, types.INT32])
+        # plain reads: mmap made small files' reads 30 % slower than fn.readers.file's (measured
+        # 2026-11-26 on 8 x 8 PNGs: 0.95 against 0.73 ms per batch of 32; 0.70 without mmap)
+        return fn.io.file.read(fn.slice(padded, start=[0], shape=lengths, axes=[0]), dont_use_mmap=True), labels
+
+    return _build(read, batch_size, decoding, training=True, seed=seed, position=position)
+
+
+def evaluation_pipeline(listing: Channel, batch_size: int, decoding: Decoding, shard: tuple[int, int] = (0, 1)):
+    """The DALI pipeline of one rank's validation batches: shard ``(shard_id, num_shards)`` of
+    ``listing`` read in order by ``fn.readers.file``, the last batch padded with its last sample,
+    starting over at the shard's beginning; resized and centre-cropped (``decoding.spec``)."""
+    from nvidia.dali import fn  # noqa: PLC0415  (DALI only when a pipeline is built)
+
+    def read():
+        return fn.readers.file(file_root=listing.root, files=list(listing.files), labels=list(listing.labels),
+                               shard_id=shard[0], num_shards=shard[1], pad_last_batch=True, stick_to_shard=True,
+                               name=READER_NAME)
+
+    return _build(read, batch_size, decoding, training=False)
+
+
+def _build(read: Callable, batch_size: int, decoding: Decoding, *, training: bool, seed: int = 0,
+           position: str | None = None):
+    """Builds a pipeline whose files and labels ``read()`` gives (DALI data nodes), decoded and
+    normalised as ``decoding`` says, with DALI checkpointing on (restored at ``position``).
+
+    Returns:
         a built ``nvidia.dali.Pipeline`` with outputs (images float32 [B, C, S, S] or
-        [B, S, S, C], ``spec.shape(layout)``; labels int32 [B, 1]).
+        [B, S, S, C], ``decoding.spec.shape(decoding.layout)``; labels int32 [B, 1]).
     """
     from nvidia.dali import fn, pipeline_def, types  # noqa: PLC0415  (DALI only when a pipeline is built)
 
-    training = order is not None
+    spec, device_id = decoding.spec, decoding.device_id
 
-    @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed,
+    @pipeline_def(batch_size=batch_size, num_threads=decoding.num_threads, device_id=device_id, seed=seed,
                   prefetch_queue_depth=2, enable_checkpointing=True)
     def pipeline():
-        if one_epoch:
-            indices = np.concatenate([order.indices(i) for i in range(order.batches_per_epoch - order.start[1])])
-            encoded, labels = fn.readers.file(
-                file_root=listing.root, files=[listing.files[i] for i in indices],
-                labels=[listing.labels[i] for i in indices], name=READER_NAME)
-        elif training:   # the trainer's order: paths and labels, the files read by DALI's threads
-            padded, lengths, labels = fn.external_source(source=_BatchSource(listing, order), num_outputs=3,
-                                                         batch=True, batch_info=True,
-                                                         dtype=[types.UINT8, types.INT32, types.INT32])
-            # plain reads: mmap made small files' reads 30 % slower than fn.readers.file's (measured
-            # 2026-11-26 on 8 x 8 PNGs: 0.95 against 0.73 ms per batch of 32; 0.70 without mmap)
-            encoded = fn.io.file.read(fn.slice(padded, start=[0], shape=lengths, axes=[0]), dont_use_mmap=True)
-        else:
-            encoded, labels = fn.readers.file(
-                file_root=listing.root, files=list(listing.files), labels=list(listing.labels), shard_id=shard[0],
-                num_shards=shard[1], pad_last_batch=True, stick_to_shard=True, name=READER_NAME)
+        encoded, labels = read()
         decoder = dict(device="mixed" if device_id is not None else "cpu",
                        output_type=types.GRAY if spec.channels == 1 else types.RGB)
         mirror = 0
@@ -311,8 +346,9 @@ def image_pipeline(listing: Channel, batch_size: int, *, order: ReadOrder | None
             mirror = fn.random.coin_flip(probability=0.5)
         else:
             images = fn.resize(fn.decoders.image(encoded, **decoder), resize_shorter=spec.eval_resize)
-        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout=layout, crop=(spec.size, spec.size),
-                                          mirror=mirror, mean=list(spec.mean), std=list(spec.std))
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout=decoding.layout,
+                                          crop=(spec.size, spec.size), mirror=mirror, mean=list(spec.mean),
+                                          std=list(spec.std))
         if device_id is not None:
             labels = labels.gpu()
         return images, labels
@@ -468,28 +504,23 @@ class RankData:
             return ReadOrder(train.shard, batch_size, 0, 1, batches, seed, first, start)
         return ReadOrder(len(train.listing), batch_size, train.shard_id, train.num_shards, batches, seed, 0, start)
 
-    def pipelines(self, batch_size: int, *, order: ReadOrder, device_id: int | None, layout: str, seed: int,
-                  num_threads: int, spec: ImageSpec = DIGITS_IMAGES, train_position: str | None = None):
+    def pipelines(self, batch_size: int, decoding: Decoding, *, order: ReadOrder, seed: int,
+                  train_position: str | None = None):
         """(training, validation) pipelines for this rank, the training one reading ``order``
-        (``read_order``) and restored at ``train_position`` when given; see ``image_pipeline``."""
-        common = dict(device_id=device_id, layout=layout, num_threads=num_threads, spec=spec)
-        return (self.train_pipeline(batch_size, order=order, seed=seed, position=train_position, **common),
-                self.val_pipeline(batch_size, **common))
+        (``read_order``) and restored at ``train_position`` when given; see ``train_pipeline``."""
+        return (self.train_pipeline(batch_size, decoding, order=order, seed=seed, position=train_position),
+                self.val_pipeline(batch_size, decoding))
 
-    def train_pipeline(self, batch_size: int, *, order: ReadOrder, device_id: int | None, layout: str, seed: int,
-                       num_threads: int, spec: ImageSpec = DIGITS_IMAGES, position: str | None = None,
-                       one_epoch: bool = False):
+    def train_pipeline(self, batch_size: int, decoding: Decoding, *, order: ReadOrder, seed: int,
+                       position: str | None = None, one_epoch: bool = False):
         """This rank's training pipeline over ``order`` (augmented with seed ``seed + rank``); see
-        ``image_pipeline``."""
-        return image_pipeline(self.train.listing, batch_size, order=order, one_epoch=one_epoch, seed=seed + self.rank,
-                              device_id=device_id, layout=layout, spec=spec, num_threads=num_threads,
-                              position=position)
+        ``training_pipeline``."""
+        return training_pipeline(self.train.listing, batch_size, decoding, order, seed=seed + self.rank,
+                                 position=position, one_epoch=one_epoch)
 
-    def val_pipeline(self, batch_size: int, *, device_id: int | None, layout: str, num_threads: int,
-                     spec: ImageSpec = DIGITS_IMAGES):
-        """This rank's validation pipeline, its shard in order; see ``image_pipeline``."""
-        return image_pipeline(self.val.listing, batch_size, shard=(self.val.shard_id, self.val.num_shards),
-                              device_id=device_id, layout=layout, spec=spec, num_threads=num_threads)
+    def val_pipeline(self, batch_size: int, decoding: Decoding):
+        """This rank's validation pipeline, its shard in order; see ``evaluation_pipeline``."""
+        return evaluation_pipeline(self.val.listing, batch_size, decoding, (self.val.shard_id, self.val.num_shards))
 
 
 def _channel_shard(name: str, place: Place, allgather_object, corrupt_images: str) -> ChannelShard:

@@ -95,8 +95,8 @@ class HorovodBackend(tf_checkpoint.KerasSteps):
 
     def save(self, epoch: int, step: int, train_sums: np.ndarray | None, plateau_state: dict) -> None:
         if self.rank == 0:
-            tf_checkpoint.save(self.args.checkpoint_dir, self.model, self.model.optimizer, epoch, step, train_sums,
-                               plateau_state)
+            tf_checkpoint.save(self.args.checkpoint_dir, self.model, self.model.optimizer,
+                               loop.Resume(epoch, step, train_sums, plateau_state))
 
 
 EPOCH_SEED_STRIDE = 1_000_003   # DALI seed offset per epoch (seeds stay distinct across ranks and epochs)
@@ -120,17 +120,17 @@ def main(argv: list[str] | None = None) -> int:
                     tf.__version__, keras.__version__, horovod.__version__, rank, size, contract.current_host(),
                     data.describe(),
                     "gpu" if device_id is not None else "cpu")
-    pipeline_settings = dict(device_id=device_id, layout="HWC", num_threads=args.dali_threads, spec=choice.images)
+    decoding = dali_data.Decoding(device_id, "HWC", choice.images, args.dali_threads)
     shape = choice.images.shape("HWC")
-    val_pipe = data.val_pipeline(args.batch_size, **pipeline_settings)
+    val_pipe = data.val_pipeline(args.batch_size, decoding)
 
     def epoch_input(epoch: int, first_batch: int):
         # one pipeline per epoch (dali_data.ReadOrder from the epoch's start), its augmentation
         # seeded by the epoch; a resumed epoch skips the batches it had done (DALI's TensorFlow
         # dataset cannot be restored from a DALI checkpoint)
         order = data.read_order(args.batch_size, args.seed, micro_batches, start=(epoch, 0, 0))
-        pipe = data.train_pipeline(args.batch_size, order=order, seed=args.seed + EPOCH_SEED_STRIDE * epoch,
-                                   one_epoch=True, **pipeline_settings)
+        pipe = data.train_pipeline(args.batch_size, decoding, order=order, seed=args.seed + EPOCH_SEED_STRIDE * epoch,
+                                   one_epoch=True)
         return _dataset(pipe, args.batch_size, device_id, shape).skip(first_batch)
 
     model = choice.build(len(data.classes))
@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     def finish(val_accuracy: float) -> None:
         loop.emit_digest(rank, size, model.get_weights())
         if rank == 0:
-            tf_model.save(model, args.model_dir, choice, data.classes, val_accuracy=val_accuracy,
-                          epochs=args.epochs, world_size=size, strategy="horovod")
+            tf_model.save(model, args.model_dir, choice.describe(
+                data.classes, val_accuracy=val_accuracy, epochs=args.epochs, world_size=size, strategy="horovod"))
 
     code = loop.run(loop.Rules.of(args), backend, observer, stop_request, resume, finish)
     if code == 0:

@@ -33,6 +33,7 @@ schedule, early stopping, non-finite loss) are ``dtc_train.loop``'s.
 """
 
 import base64
+import dataclasses
 import itertools
 import json
 import os
@@ -56,6 +57,25 @@ from . import common, config, contract, dali_data, image_folder, loop, observe, 
 # isort: on
 
 
+@dataclasses.dataclass(frozen=True)
+class Worker:
+    """This worker of a mirrored strategy, built once by ``main``.
+
+    Attributes:
+        args: the trainer's hyperparameters (``dtc_train.config``, backend ``tensorflow_mwms``).
+        strategy: ``MultiWorkerMirroredStrategy`` or ``MirroredStrategy`` (``choose_strategy``).
+        model: the compiled tf-keras model, built in the strategy's scope.
+        task_id: this worker's index in ``TF_CONFIG`` (0: the chief, which writes).
+        workers: the worker tasks (hosts).
+    """
+
+    args: config.TrainerConfig
+    strategy: tf.distribute.Strategy
+    model: keras.Model
+    task_id: int
+    workers: int
+
+
 class MirroredBackend(tf_checkpoint.KerasSteps):
     """The loop's backend (``loop.Backend``) for tf-keras under a mirrored strategy: Keras steps
     whose gradients the strategy all-reduces and whose metrics are global already (Keras reads
@@ -64,20 +84,23 @@ class MirroredBackend(tf_checkpoint.KerasSteps):
     summed over the workers), and the chief writing the checkpoint.
 
     Args:
-        validation: (images, labels) of this worker's validation channel.
+        worker: this worker.
+        epoch_input: ``tf_checkpoint.KerasSteps``'.
+        batches_per_epoch: each replica's batches per epoch.
+        validation: (images float32 [N, S, S, C], labels int32 [N]) of this worker's validation channel.
         sum_over_workers: sums a list of floats over the workers, each counted once, for a
             validation channel each host holds a part of (``_worker_totals``); ``None``: every
             worker holds it all.
     """
 
-    def __init__(self, args, model: keras.Model, strategy: tf.distribute.Strategy, epoch_input, task_id: int,
-                 workers: int, batches_per_epoch: int, validation: tuple[np.ndarray, np.ndarray],
+    def __init__(self, worker: Worker, epoch_input, batches_per_epoch: int, validation: tuple[np.ndarray, np.ndarray],
                  sum_over_workers: Callable[[list[float]], np.ndarray] | None):
+        args, model, strategy = worker.args, worker.model, worker.strategy
         micro_batches = args.gradient_accumulation_steps
         super().__init__(model, epoch_input, args.batch_size * strategy.num_replicas_in_sync,
                          accumulating_train_functions(model, strategy, micro_batches) if micro_batches > 1 else None)
         self.args, self.strategy, self.validation, self.sum_over_workers = args, strategy, validation, sum_over_workers
-        self.rank, self.world_size = task_id, workers
+        self.rank, self.world_size = worker.task_id, worker.workers
         self.steps_per_epoch = loop.optimizer_steps(batches_per_epoch, micro_batches, args.batch_size)
         self.rate_scale = strategy.num_replicas_in_sync
 
@@ -101,8 +124,8 @@ class MirroredBackend(tf_checkpoint.KerasSteps):
 
     def save(self, epoch: int, step: int, train_sums: np.ndarray | None, plateau_state: dict) -> None:
         if self.rank == 0:
-            tf_checkpoint.save(self.args.checkpoint_dir, self.model, self.model.optimizer, epoch, step, train_sums,
-                               plateau_state)
+            tf_checkpoint.save(self.args.checkpoint_dir, self.model, self.model.optimizer,
+                               loop.Resume(epoch, step, train_sums, plateau_state))
 
 
 def accumulating_train_functions(model: keras.Model, strategy: tf.distribute.Strategy,
@@ -197,18 +220,19 @@ def _allgather_object(task_id: int, workers: int) -> Callable[[object], list]:
     return allgather
 
 
-def _restore_on_every_worker(strategy, args, model, is_chief: bool, workers: int,
-                              allgather: Callable[[object], list]) -> loop.Resume:
+def _restore_on_every_worker(worker: Worker, allgather: Callable[[object], list]) -> loop.Resume:
     """Reads the chief's checkpoint (its host's checkpoint directory) and hands its position,
     sums, early-stopping state, weights and optimizer state to every worker, whose own directory
     may hold none or an older one."""
-    resume = tf_checkpoint.restore_checkpoint(args.checkpoint_dir, model, model.optimizer) if is_chief else None
-    if workers > 1:   # one worker (MirroredStrategy) has no coordination service to gather through
+    model = worker.model
+    resume = (tf_checkpoint.restore_checkpoint(worker.args.checkpoint_dir, model, model.optimizer)
+              if worker.task_id == 0 else None)
+    if worker.workers > 1:   # one worker (MirroredStrategy) has no coordination service to gather through
         resume = allgather(resume)[0]
     if resume.epoch or resume.step:
         variables = model.weights + tf_checkpoint.optimizer_variables(model.optimizer)
         for variable in variables:
-            variable.assign(_from_chief(strategy, variable.numpy()).astype(variable.dtype.as_numpy_dtype))
+            variable.assign(_from_chief(worker.strategy, variable.numpy()).astype(variable.dtype.as_numpy_dtype))
     return resume
 
 
@@ -315,8 +339,9 @@ def main(argv: list[str] | None = None) -> int:
                                                                           momentum=args.momentum), args.precision),
                       loss=tf_model.training_loss(args.label_smoothing), metrics=["accuracy"])
         model.optimizer.build(model.trainable_variables)
-    resume = _restore_on_every_worker(strategy, args, model, is_chief, workers, allgather)
-    backend = MirroredBackend(args, model, strategy, epoch_input, task_id, workers, steps, validation,
+    worker = Worker(args, strategy, model, task_id, workers)
+    resume = _restore_on_every_worker(worker, allgather)
+    backend = MirroredBackend(worker, epoch_input, steps, validation,
                               _worker_totals(strategy) if data.val.host_sharded else None)
     micro_batches = args.gradient_accumulation_steps
     observer = observe.Observer(args, task_id, workers, backend.steps_per_epoch, global_batch * micro_batches, name)
@@ -326,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     def finish(val_accuracy: float) -> None:
         loop.emit_digest(task_id, workers, model.get_weights())
         model_dir = args.model_dir if is_chief else tempfile.mkdtemp(prefix="dtc-mwms-worker-")
-        tf_model.save(model, model_dir, choice, data.classes, val_accuracy=val_accuracy, epochs=args.epochs,
-                      world_size=workers, strategy=f"{name}_strategy")
+        tf_model.save(model, model_dir, choice.describe(data.classes, val_accuracy=val_accuracy, epochs=args.epochs,
+                                                        world_size=workers, strategy=f"{name}_strategy"))
 
     return loop.run(loop.Rules.of(args), backend, observer, stop_request, resume, finish)
 

@@ -27,6 +27,7 @@ schedule, early stopping) are ``dtc_train.loop``'s; a stop waits for the steps s
 import dataclasses
 import math
 import sys
+from collections.abc import Callable
 
 # tf_env first: it selects Keras 2 before TensorFlow is imported; the import order below is kept.
 # isort: off
@@ -40,59 +41,83 @@ from . import common, config, contract, image_folder, loop, observe, ps_channel,
 # isort: on
 
 
+@dataclasses.dataclass(frozen=True)
+class Chief:
+    """What the parameter-server chief drives, built once by ``main``.
+
+    Attributes:
+        checkpoint_dir: where the checkpoint is written (``--checkpoint-dir``).
+        coordinator: the ``ClusterCoordinator`` that schedules steps on the workers.
+        model / optimizer: the model and optimizer whose variables live on the parameter servers.
+        step_function: the ``tf.function`` a worker runs, given ``iterator``: one optimizer step.
+        iterator: the per-worker dataset's iterator (``create_per_worker_dataset``).
+        sums: the float64 variables of ``loop.SUMS`` the workers add their steps to.
+        local: the chief's copy of the model for validation and saving.
+        validation: (images float32 [N, S, S, C], labels int32 [N]) of the whole validation channel.
+        workers: the worker tasks.
+        steps_per_epoch: optimizer steps per epoch (``loop.optimizer_steps``).
+    """
+
+    checkpoint_dir: str
+    coordinator: tf.distribute.coordinator.ClusterCoordinator
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    step_function: Callable
+    iterator: object
+    sums: tuple[tf.Variable, ...]
+    local: keras.Model
+    validation: tuple[np.ndarray, np.ndarray]
+    workers: int
+    steps_per_epoch: int
+
+
 class ParameterServerBackend:
-    """The loop's backend (``loop.Backend``) for the parameter-server chief: a step is scheduled
-    on whichever worker is free (``ClusterCoordinator.schedule``, asynchronous), its sums kept in
-    variables on the parameter servers, read once the scheduled steps are done
+    """The loop's backend (``loop.Backend``) for the parameter-server chief (``Chief``): a step is
+    scheduled on whichever worker is free (``ClusterCoordinator.schedule``, asynchronous), its
+    sums kept in variables on the parameter servers, read once the scheduled steps are done
     (``coordinator.join``); validation and the checkpoint on the chief. One process drives the
     job, so a sum over the ranks is the value itself.
-
-    Args:
-        train_step: the ``tf.function`` a worker runs, given ``iterator``.
-        sums: the variables of ``loop.SUMS`` the workers add their steps to.
-        local: the chief's copy of the model for validation and saving.
     """
 
     rank, rate_scale = 0, 1   # each worker applies its own updates: the rate is not scaled
 
-    def __init__(self, args, coordinator, model, optimizer, train_step, iterator, sums: tuple, local,
-                 validation: tuple, workers: int, steps_per_epoch: int):
-        self.args, self.coordinator, self.model, self.optimizer = args, coordinator, model, optimizer
-        self.step_function, self.iterator, self.sums, self.local = train_step, iterator, sums, local
-        self.validation, self.world_size, self.steps_per_epoch = validation, workers, steps_per_epoch
+    def __init__(self, chief: Chief):
+        self.chief = chief
+        self.world_size, self.steps_per_epoch = chief.workers, chief.steps_per_epoch
 
     def begin_epoch(self, epoch: int, first_step: int) -> None:
-        self.coordinator.join()
-        for variable in self.sums:
+        self.chief.coordinator.join()
+        for variable in self.chief.sums:
             variable.assign(0.0)
 
     def set_learning_rate(self, rate: float) -> None:
-        self.optimizer.learning_rate.assign(rate)
+        self.chief.optimizer.learning_rate.assign(rate)
 
     def train_step(self, global_step: int) -> np.ndarray:
-        self.coordinator.schedule(self.step_function, args=(self.iterator,))
-        return np.zeros(len(loop.SUMS))   # counted in self.sums when the step has run
+        self.chief.coordinator.schedule(self.chief.step_function, args=(self.chief.iterator,))
+        return np.zeros(len(loop.SUMS))   # counted in chief.sums when the step has run
 
     def total(self, sums: np.ndarray, name: str) -> np.ndarray:
-        self.coordinator.join()   # every step scheduled so far is done
-        return sums + np.array([float(variable.numpy()) for variable in self.sums])
+        self.chief.coordinator.join()   # every step scheduled so far is done
+        return sums + np.array([float(variable.numpy()) for variable in self.chief.sums])
 
     def sum_scalar(self, value: float, name: str) -> float:
         return value
 
     def end_training_steps(self) -> None:
-        self.coordinator.join()
+        self.chief.coordinator.join()
 
     def evaluate(self) -> tuple[float, float, int]:
-        self.local.set_weights(self.model.get_weights())
-        images, labels = self.validation
-        loss_sum, correct = tf_model.sparse_metrics(self.local(images, training=False), labels)
+        chief = self.chief
+        chief.local.set_weights(chief.model.get_weights())
+        images, labels = chief.validation
+        loss_sum, correct = tf_model.sparse_metrics(chief.local(images, training=False), labels)
         return loss_sum / len(labels), correct / len(labels), len(labels)
 
     def save(self, epoch: int, step: int, train_sums: np.ndarray | None, plateau_state: dict) -> None:
-        self.coordinator.join()
-        tf_checkpoint.save(self.args.checkpoint_dir, self.model, self.optimizer, epoch, step, train_sums,
-                           plateau_state)
+        self.chief.coordinator.join()
+        tf_checkpoint.save(self.chief.checkpoint_dir, self.chief.model, self.chief.optimizer,
+                           loop.Resume(epoch, step, train_sums, plateau_state))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,16 +204,17 @@ def main(argv: list[str] | None = None) -> int:
     iterator = iter(coordinator.create_per_worker_dataset(
         lambda: dataset_fn((resume.epoch * steps + resume.step) * micro_batches)))
     local = choice.build(len(training.classes))   # the chief's copy for validation and saving
-    backend = ParameterServerBackend(args, coordinator, model, optimizer, train_step, iterator, sums, local,
-                                     (val_images, val_labels), workers, steps)
+    backend = ParameterServerBackend(Chief(args.checkpoint_dir, coordinator, model, optimizer, train_step, iterator,
+                                           sums, local, (val_images, val_labels), workers, steps))
     # steps are scheduled asynchronously on the workers: no progress lines within an epoch
     observer = observe.Observer(dataclasses.replace(args, progress_seconds=0), 0, workers, steps,
                                 args.batch_size * micro_batches, "parameter_server")
 
     def finish(val_accuracy: float) -> None:
         loop.emit_digest(0, workers, local.get_weights())
-        tf_model.save(local, args.model_dir, choice, training.classes, val_accuracy=val_accuracy,
-                      epochs=args.epochs, world_size=workers, strategy="parameter_server")
+        tf_model.save(local, args.model_dir, choice.describe(training.classes, val_accuracy=val_accuracy,
+                                                             epochs=args.epochs, world_size=workers,
+                                                             strategy="parameter_server"))
 
     return loop.run(loop.Rules.of(args), backend, observer, stop_request, resume, finish)
 

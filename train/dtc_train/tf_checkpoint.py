@@ -81,14 +81,14 @@ def restore_checkpoint(checkpoint_dir: str, model: keras.Model, optimizer) -> lo
 PLATEAU_KEYS = ("best_loss", "best_epoch", "stopped_after")   # plateau.Plateau.state's, as one array
 
 
-def save(checkpoint_dir: str, model: keras.Model, optimizer, epoch: int, step: int, train_sums: np.ndarray | None,
-         plateau_state: dict) -> None:
-    """``save_checkpoint`` of what ``loop.Backend.save`` is given: the position, the epoch's
-    training sums so far over every rank (``None`` at an epoch's end) and the early-stopping state."""
-    extra = {"plateau": np.array([plateau_state[key] for key in PLATEAU_KEYS], dtype=np.float64)}
-    if train_sums is not None:
-        extra["train_sums"] = np.asarray(train_sums, dtype=np.float64)
-    save_checkpoint(checkpoint_dir, model, optimizer, epoch, step, **extra)
+def save(checkpoint_dir: str, model: keras.Model, optimizer, position: loop.Resume) -> None:
+    """``save_checkpoint`` of what ``loop.Backend.save`` is given, as ``restore_checkpoint`` reads
+    it back: the position, the epoch's training sums so far over every rank (``None`` at an
+    epoch's end) and the early-stopping state (``position.plateau``)."""
+    extra = {"plateau": np.array([position.plateau[key] for key in PLATEAU_KEYS], dtype=np.float64)}
+    if position.train_sums is not None:
+        extra["train_sums"] = np.asarray(position.train_sums, dtype=np.float64)
+    save_checkpoint(checkpoint_dir, model, optimizer, position.epoch, position.step, **extra)
 
 
 class KerasSteps:

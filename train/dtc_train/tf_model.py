@@ -85,6 +85,15 @@ class KerasChoice:
                                      "a keras.applications architecture (model=ResNet50, ...)"), precision,
                    pretrained_weights or None)
 
+    def describe(self, classes: tuple[str, ...], **extra) -> dict:
+        """``model.json``: the SavedModel's input, normalization and classes, and ``extra``
+        (``val_accuracy``, ``epochs``, ``world_size``, ``strategy``), as ``torch_model.ModelChoice.describe``."""
+        return {"framework": "tensorflow", "format": "SavedModel", "path": "1", "model": self.name,
+                "input_shape": list(self.images.shape("HWC")), "precision": self.precision,
+                "input_normalization": {"mean": list(self.images.mean), "std": list(self.images.std),
+                                        "formula": "(pixel - mean) / std, pixel in 0..255"},
+                "eval_resize": self.images.eval_resize, "classes": list(classes), **extra}
+
     def build(self, num_classes: int) -> keras.Model:
         """The untrained model: images float32 [B, S, S, C] -> logits float32 [B, num_classes]
         (the caller seeds TensorFlow, so every rank builds the same weights).
@@ -192,19 +201,12 @@ def start_from_pretrained(model: keras.Model, choice: KerasChoice, rank: int) ->
                         len(loaded), "; ".join(left) or "none")
 
 
-def save(model: keras.Model, model_dir: str, choice: KerasChoice, classes: tuple[str, ...], *,
-         val_accuracy: float | None, epochs: int, world_size: int, strategy: str) -> None:
+def save(model: keras.Model, model_dir: str, described: dict) -> None:
     """Writes the SavedModel to ``<model_dir>/1`` (the TensorFlow Serving layout) atomically,
-    with ``model.json`` describing it: its input, normalization and classes."""
+    with ``model.json`` (``described``: ``KerasChoice.describe``) beside it."""
     saved_model = os.path.join(model_dir, "1")
     common.atomic_write_tree(saved_model, lambda tmp: model.save(tmp, save_format="tf", include_optimizer=False))
-    common.write_json(os.path.join(model_dir, "model.json"), {
-        "framework": "tensorflow", "format": "SavedModel", "path": "1", "model": choice.name,
-        "input_shape": list(choice.images.shape("HWC")), "precision": choice.precision,
-        "input_normalization": {"mean": list(choice.images.mean), "std": list(choice.images.std),
-                                "formula": "(pixel - mean) / std, pixel in 0..255"},
-        "eval_resize": choice.images.eval_resize, "classes": list(classes), "val_accuracy": val_accuracy,
-        "epochs": epochs, "world_size": world_size, "strategy": strategy})
+    common.write_json(os.path.join(model_dir, "model.json"), described)
     common.log.info("saved %s", saved_model)
 
 

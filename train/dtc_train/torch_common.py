@@ -784,9 +784,9 @@ def train(job: TorchRank, stop_request: stop.StopRequest,
     signal N (the checkpoint written, the report too)."""
     args, setup, rank, size = job.args, job.setup, job.rank, job.size
     position, order, data_position = resume
-    train_pipe, val_pipe = setup.data.pipelines(args.batch_size, order=order, device_id=setup.dali_device_id,
-                                                layout="CHW", seed=args.seed, num_threads=args.dali_threads,
-                                                spec=job.choice.images, train_position=data_position)
+    decoding = dali_data.Decoding(setup.dali_device_id, "CHW", job.choice.images, args.dali_threads)
+    train_pipe, val_pipe = setup.data.pipelines(args.batch_size, decoding, order=order, seed=args.seed,
+                                                train_position=data_position)
     backend = TorchBackend(job, order, Batches(train_pipe, job.device, setup.layout),
                            Batches(val_pipe, job.device, setup.layout))
     observer = observe.Observer(args, rank, size, backend.steps_per_epoch,
