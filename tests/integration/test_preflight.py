@@ -120,10 +120,13 @@ def test_the_built_in_trainers_report_carries_the_preflight(digits_channels, tmp
 
 
 def test_gpu_checks_throughput_part_trains_through_the_built_in_trainer(tmp_path):
-    """gpu-check's throughput check (its model and size made small: this machine trains on its
-    CPU): photograph crops, the trainer with no distribution, images/s per epoch."""
+    """gpu-check's throughput check (its model and size made small, and in fp32: this machine trains
+    on its CPU, which emulates bf16, and took 137 s of a CI run's 30-minute tier in it, 2026-11-29;
+    bf16 through the trainer: test_precision.py): photograph crops, the trainer with no
+    distribution, images/s per epoch."""
     from dtc_entrypoint.preflight import gpu_check
 
-    speed = gpu_check.throughput(str(tmp_path), epochs=2, batch_size=4, model="shufflenet_v2_x0_5", image_size=32)
+    speed = gpu_check.throughput(str(tmp_path), epochs=2, batch_size=4, model="shufflenet_v2_x0_5", image_size=32,
+                                 precision="fp32")
     assert speed["exit_code"] == 0, speed["tail"]
     assert [epoch for epoch, _ in speed["epochs"]] == [1, 2] and speed["images_per_s"] > 0, speed

@@ -51,10 +51,12 @@ def run_probe(workdir: str, out: str) -> dict:
         return json.load(handle)
 
 
-def throughput(workdir: str, epochs: int, batch_size: int, model: str = "resnet50", image_size: int = 224) -> dict:
-    """``model`` (ResNet-50) in bf16 through ``dtc_train.pytorch_single`` on photograph crops, 16
-    batches an epoch, DALI decoding on the GPU when one is visible: images/s per epoch and their
-    median over epochs 2..N, the exit code, the time, and the output's tail when it failed."""
+def throughput(workdir: str, epochs: int, batch_size: int, model: str = "resnet50", image_size: int = 224,
+               precision: str = "bf16") -> dict:
+    """``model`` (ResNet-50) in ``precision`` (bf16) through ``dtc_train.pytorch_single`` on
+    photograph crops, 16 batches an epoch, DALI decoding on the GPU when one is visible: images/s
+    per epoch and their median over epochs 2..N, the exit code, the time, and the output's tail
+    when it failed."""
     from dtc_local import job_tree  # noqa: PLC0415  (this command's own, in the image)
     from dtc_train import photos  # noqa: PLC0415
 
@@ -66,7 +68,7 @@ def throughput(workdir: str, epochs: int, batch_size: int, model: str = "resnet5
         os.rmdir(target)
         os.symlink(os.path.join(data, channel), target)
     argv = [sys.executable, "-m", "dtc_train.pytorch_single", "--model", model, "--image-size", str(image_size),
-            "--batch-size", str(batch_size), "--epochs", str(epochs), "--precision", "bf16", "--data-device", "auto",
+            "--batch-size", str(batch_size), "--epochs", str(epochs), "--precision", precision, "--data-device", "auto",
             "--augment", "on", "--dali-threads", str(max(2, min(8, os.cpu_count() or 2))),
             "--system-metrics-seconds", "0", "--progress-seconds", "0"]
     start = time.monotonic()
