@@ -92,10 +92,12 @@ test-unit: $(SETUP_STAMP)
 test-fast: $(SETUP_STAMP)
 	MAKE="$(MAKE)" PYTHON=$(PYTHON) PYTEST_ARGS="$(PYTEST_ARGS)" TEST_PHASES="lint unit integration" scripts/test.sh
 
-# ruff (pyproject.toml) over every Python file; shellcheck over the shell scripts.
+# ruff (pyproject.toml) over every Python file; shellcheck over the shell scripts; hadolint over
+# the Dockerfile (.hadolint.yaml: every finding fails, and why a rule is ignored).
 lint: $(SETUP_STAMP)
 	$(VENV)/bin/ruff check .
 	shellcheck -x docker/*.sh scripts/*.sh
+	$(VENV)/bin/hadolint --config .hadolint.yaml Dockerfile
 
 # Builds FLAVORS, runs their in-image suite and pushes them to the ECR repository REPOSITORY in
 # REGION by running buildspec.yml here, as CodeBuild runs it (dtc_local.buildspec; steps in

@@ -10,11 +10,22 @@ import pytest
 from helpers import BIN, REPO, pins
 
 
-def test_hadolint_finds_no_errors():
+def test_make_lints_the_dockerfile_with_a_config_under_which_any_finding_fails(tmp_path):
+    """make lint's hadolint line, with .hadolint.yaml: the Dockerfile has no finding at all, and a
+    Dockerfile with only style- and warning-level ones (unpinned apt packages, a cd) fails."""
     hadolint = shutil.which("hadolint", path=str(BIN)) or shutil.which("hadolint")
-    done = subprocess.run([hadolint, "--failure-threshold", "error", str(REPO / "Dockerfile")],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
+    lint = subprocess.run(["make", "-n", "lint"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    [line] = [line for line in lint.splitlines() if "hadolint" in line]
+    assert line.endswith("hadolint --config .hadolint.yaml Dockerfile"), line
+    done = subprocess.run([hadolint, "--config", ".hadolint.yaml", "Dockerfile"], cwd=REPO, capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and done.stdout == "", done.stdout + done.stderr
+    careless = tmp_path / "Dockerfile"
+    careless.write_text("FROM debian:bookworm-slim\nRUN cd /tmp && apt-get update && apt-get install -y curl\n")
+    done = subprocess.run([hadolint, "--config", ".hadolint.yaml", str(careless)], cwd=REPO, capture_output=True,
+                          text=True)
+    assert done.returncode == 1, done.stdout
+    assert {"DL3003", "DL3008"} <= set(re.findall(r"\b(DL\d{4})\b", done.stdout)), done.stdout
 
 
 def test_every_pin_is_a_build_argument_and_label_defaults_equal_the_pins():

@@ -65,6 +65,7 @@ def test_nothing_points_outside_what_a_user_can_follow(doc):
 NAMED_ELSEWHERE = {
     "PERFORMANCE.md": "NVIDIA/nccl-tests doc/PERFORMANCE.md, the busbw formula",
     "FORMAT_SPECIFICATION.md": "GrigoryEvko/nvopen-tools, the fatbin layout",
+    "annotations.md": "opencontainers/image-spec annotations.md, the OCI annotation keys",
     "report.md": "written by bench/run.py --gpu",
     "summary.md": "written by the trainers into output/data/report/",
 }
