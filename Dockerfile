@@ -120,12 +120,13 @@ RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
 # the wheels compiled here (docker/lock-environment.py), and the runtime stage installs the lock.
 # A layer of the environment itself would keep 5 GB (cpu) to 11 GB (gpu) on disk for nothing
 # (docs/image.md, Disk). A CPU torch wheel and the Horovod wheel the host setup built from the
-# same inputs (same cache key) come from build/wheels/ (scripts/build-image.sh puts them there; a
-# clone has it empty but for .gitkeep). Only that directory is mounted: BuildKit keys a step on the
+# same inputs (same cache key) come from build/wheels/, and so do the host setup's compiled mpi4py,
+# sagemaker-training and DALI plugin wheels (build/wheels/built/; docker/lib.sh, built_wheel):
+# scripts/build-image.sh puts them there; a clone has it empty but for .gitkeep. Only that directory is mounted: BuildKit keys a step on the
 # checksums of the files it mounts, so a change elsewhere in the context does not re-run this step.
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip --mount=type=cache,target=/root/.cache/dtc \
     --mount=type=bind,source=build/wheels,target=/wheels \
-    export PIP_FIND_LINKS=/wheels \
+    export PIP_FIND_LINKS=/wheels DTC_WHEEL_SEED=/wheels/built \
  && . ./versions.env && "python${PYTHON_VERSION}" -m venv "${VENV}" \
  && ./docker/install-python-packages.sh && ./docker/install-mpi4py.sh \
  && HOROVOD_WHEEL_SEED=/wheels/horovod ./docker/build-horovod.sh \
@@ -133,7 +134,7 @@ RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip --m
  && torch_index="$(. ./docker/lib.sh && torch_index_url)" \
  && "${PYTHON}" docker/lock-environment.py /opt/dtc/wheels --extra-index-url "${torch_index}" \
       --search /root/.cache/pip/wheels --search /root/.cache/dtc/horovod-wheels --search /root/.cache/dtc/deepspeed-wheels \
-      --search /root/.cache/dtc/torchvision-wheels --search /wheels \
+      --search /root/.cache/dtc/torchvision-wheels --search /root/.cache/dtc/built-wheels --search /wheels \
  && rm -rf "${VENV}"
 
 # ------------------------------------------------------------------------------------ runtime

@@ -35,11 +35,12 @@ if [ "$FLAVOR" = gpu ]; then
   rpath+=':$ORIGIN/../../nvidia/cuda_runtime/lib:$ORIGIN/../../nvidia/nccl/lib'
   build_flags+=(HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_LINK=SHARED "HOROVOD_BUILD_CUDA_CC_LIST=$HOROVOD_CUDA_CC_LIST")
 fi
-build_flags+=("LDFLAGS=-Wl,-rpath,$rpath")
+# The hardening flags (lib.sh) reach CMake through CFLAGS/CXXFLAGS/LDFLAGS, as TF's include dirs do.
+build_flags+=("CFLAGS=$HARDENING_CFLAGS" "LDFLAGS=$HARDENING_LDFLAGS -Wl,-rpath,$rpath")
 
 abi="$("$PYTHON" -c 'import sys, sysconfig; print(sys.implementation.cache_tag, sysconfig.get_platform())')"
 key="$( {
-  echo "$abi $FLAVOR ${build_flags[*]}"
+  echo "$abi $FLAVOR ${build_flags[*]} CXXFLAGS=$HARDENING_CFLAGS"
   for pin in HOROVOD_VERSION TENSORFLOW_VERSION TORCH_VERSION OPENMPI_VERSION NUMPY_VERSION; do echo "$pin=${!pin}"; done
   if [ "$FLAVOR" = gpu ]; then
     for pin in TORCH_GPU_VERSION NCCL_VERSION CUDA_TOOLKIT_DEB_VERSION CUDA_BUILD_RUNTIME_CU12_VERSION; do
@@ -79,7 +80,7 @@ else
   # TF's wheel does not report these two include dirs; without them the build stops at
   # highwayhash/arch_specific.h (conda-forge's recipe passes the same flags).
   tf_include="$("$PYTHON" -c 'import os; os.environ["TF_CPP_MIN_LOG_LEVEL"]="3"; import tensorflow as tf; print(tf.sysconfig.get_include())')"
-  export CXXFLAGS="${CXXFLAGS:-} -I$tf_include/external/highwayhash -I$tf_include/external/farmhash_archive/src"
+  export CXXFLAGS="$HARDENING_CFLAGS ${CXXFLAGS:-} -I$tf_include/external/highwayhash -I$tf_include/external/farmhash_archive/src"
   export "${build_flags[@]}" MAKEFLAGS="-j${HOROVOD_BUILD_JOBS:-$(nproc)}"
   export CMAKE_POLICY_VERSION_MINIMUM=3.5   # Gloo's cmake_minimum_required under CMake 4 (horovod #4310)
   nccl_link=""

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned Python stack into $PYTHON's environment: packaging tools, numpy, protobuf,
-# TensorFlow + tf-keras, PyTorch, sagemaker-training (compiles its gethostname C extension),
+# TensorFlow + tf-keras, PyTorch, sagemaker-training (its gethostname C extension compiled here with
+# the hardening flags: lib.sh, built_wheel),
 # scikit-learn (ships the digits data set), Pillow, TensorBoard and matplotlib (the trainers' event files
 # and report plots), pytest (the image's own sanity suite), and the companion libraries users' scripts
 # import (torchvision, torchaudio on the GPU flavor, scipy, pandas, h5py, OpenCV, boto3, mlflow with
@@ -47,8 +48,13 @@ companion_reqs=("scipy==$SCIPY_VERSION" "pandas==$PANDAS_VERSION" "h5py==$H5PY_V
                 "filelock==$FILELOCK_VERSION" "tqdm==$TQDM_VERSION" "pyyaml==$PYYAML_VERSION"
                 "mlflow==$MLFLOW_VERSION" "sagemaker-mlflow==$SAGEMAKER_MLFLOW_VERSION")
 
+# sagemaker-training is an sdist: its wheel, compiled here, is found first (pip prefers a wheel).
+# A --find-links given here would replace PIP_FIND_LINKS's, so those are given again.
+find_links=(--find-links "$(built_wheel "$(sagemaker_training_entry)" "sagemaker-training==$SAGEMAKER_TRAINING_VERSION")")
+for link in ${PIP_FIND_LINKS:-}; do find_links+=(--find-links "$link"); done
+
 log "frameworks ($FLAVOR): ${framework_reqs[*]}"
-pip_install "${index_args[@]}" \
+pip_install "${index_args[@]}" "${find_links[@]}" \
   "numpy==$NUMPY_VERSION" "protobuf==$PROTOBUF_VERSION" "${framework_reqs[@]}" "tf-keras==$TF_KERAS_VERSION" \
   "sagemaker-training==$SAGEMAKER_TRAINING_VERSION" \
   "scikit-learn==$SCIKIT_LEARN_VERSION" "pillow==$PILLOW_VERSION" "tensorboard==$TENSORBOARD_VERSION" "matplotlib==$MATPLOTLIB_VERSION" "pytest==$PYTEST_VERSION" \

@@ -38,6 +38,64 @@ torch_index_url() {
   esac
 }
 
+# Hardening flags for every C/C++ build this project runs (mpi4py, Horovod, the DALI TF plugin,
+# sagemaker-training's extension, DeepSpeed's op): the stack protector, FORTIFY and full RELRO
+# that AWS's DLC sanity suite asserts of its builds' flags (aws/deep-learning-containers,
+# test/sanity/scripts/check_base_image.sh) and Debian's `dpkg-buildflags` gives with
+# hardening=+all. dtc_local.image_sanity reads them back from the built ELF files.
+HARDENING_CFLAGS="-O2 -fstack-protector-strong -U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2"   # FORTIFY needs -O
+HARDENING_LDFLAGS="-Wl,-z,relro,-z,now"
+hardened() {   # hardened CMD...: CMD with the hardening flags ahead of any CFLAGS/CXXFLAGS/LDFLAGS set
+  CFLAGS="$HARDENING_CFLAGS${CFLAGS:+ $CFLAGS}" CXXFLAGS="$HARDENING_CFLAGS${CXXFLAGS:+ $CXXFLAGS}" \
+    LDFLAGS="$HARDENING_LDFLAGS${LDFLAGS:+ $LDFLAGS}" "$@"
+}
+
+# Wheels compiled here from an sdist (mpi4py, sagemaker-training, the DALI TF plugin) are kept under
+# $DTC_WHEEL_CACHE/<entry>/, <entry> = <name>-<version>-<flavor>-<hash of what changes the binary:
+# the Python ABI, the hardening flags, the inputs each *_entry function below names>. pip's own
+# wheel cache is keyed by the sdist alone and would hand back a build made with other flags.
+# DTC_WHEEL_SEED names a read-only directory of such entries to take a wheel from first: the image
+# build gets the host setup's entries there (scripts/build-image.sh stages them), so each is
+# compiled once per machine, as Horovod's wheel is (build-horovod.sh).
+DTC_WHEEL_CACHE="${DTC_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dtc/built-wheels}"
+wheel_entry() {   # wheel_entry NAME VERSION INPUTS: the entry's name for $PYTHON and $FLAVOR
+  local abi
+  abi="$("$PYTHON" -c 'import sys, sysconfig; print(sys.implementation.cache_tag, sysconfig.get_platform())')"
+  printf '%s-%s-%s-%s\n' "$1" "$2" "$FLAVOR" \
+    "$(printf '%s\n' "$abi" "$HARDENING_CFLAGS" "$HARDENING_LDFLAGS" "$3" | sha256sum | cut -c1-16)"
+}
+mpi4py_entry() { wheel_entry mpi4py "$MPI4PY_VERSION" "openmpi $OPENMPI_VERSION"; }
+sagemaker_training_entry() { wheel_entry sagemaker-training "$SAGEMAKER_TRAINING_VERSION" ""; }
+dali_tf_plugin_entry() {   # compiled against TensorFlow and CUDA's headers (a toolkit's, or the wheels')
+  local headers="cuda-wheels $CUDA_RUNTIME_CU12_VERSION $CUDA_NVCC_CU12_VERSION"
+  [ "$FLAVOR" = cpu ] || headers="cuda-toolkit $CUDA_TOOLKIT_DEB_VERSION"
+  wheel_entry "nvidia-dali-tf-plugin-$DALI_CUDA_SUFFIX" "$DALI_VERSION" "tensorflow $TENSORFLOW_VERSION $headers"
+}
+
+# built_wheel ENTRY SPEC [PIP_WHEEL_OPTIONS...]: prints the directory holding the wheel of SPEC
+# (name==version), compiled from its sdist with the hardening flags once per ENTRY (the seed's
+# entry first, then the cache's). The caller's environment reaches the build (MPICC, CXX, ...).
+built_wheel() {
+  local entry="$1" spec="$2" dir work tmp
+  shift 2
+  if compgen -G "${DTC_WHEEL_SEED:-/nonexistent}/$entry/*.whl" > /dev/null; then
+    log "$spec: the wheel the host setup built from the same inputs ($entry)"
+    echo "$DTC_WHEEL_SEED/$entry"
+    return
+  fi
+  dir="$DTC_WHEEL_CACHE/$entry"
+  if ! compgen -G "$dir/*.whl" > /dev/null; then
+    log "$spec: compiling its sdist with the hardening flags (cached as $entry)"
+    work="$(mktemp -d)"
+    hardened "$PYTHON" -m pip wheel --disable-pip-version-check --quiet --no-deps --no-cache-dir \
+      --no-binary="${spec%%==*}" -w "$work" "$@" "$spec" >&2 || { rm -rf "$work"; die "$spec did not build"; }
+    mkdir -p "$DTC_WHEEL_CACHE"
+    tmp="$(mktemp -d "$DTC_WHEEL_CACHE/.tmp.XXXXXX")"
+    mv "$work"/*.whl "$tmp/" && rm -rf "$work" "$dir" && mv "$tmp" "$dir"   # published whole, or not at all
+  fi
+  echo "$dir"
+}
+
 # GPU flavor: triton bundles copies of CUPTI for its profiler that are byte-identical to the
 # nvidia-cuda-cupti-cu12 wheel's files; each becomes a link to the wheel's file (one copy of every
 # CUDA library in the image). Files that differ are left alone.

@@ -25,8 +25,12 @@
 # Both flavors build on debian:bookworm-slim, made locally (scripts/make-base-image.sh) when no
 # registry can be reached. A CPU torch wheel in pip's find-links (this project's CI machines have
 # one) is handed to the build instead of PyTorch's index, which those machines cannot reach, and
-# the Horovod wheel the host setup built from the same inputs is handed over too
-# (docker/build-horovod.sh, HOROVOD_WHEEL_SEED), so the CPU image does not compile it again.
+# the wheels the host setup compiled from the same inputs are handed over too (Horovod's:
+# docker/build-horovod.sh, HOROVOD_WHEEL_SEED; mpi4py's, sagemaker-training's and the DALI
+# plugin's: docker/lib.sh, built_wheel, DTC_WHEEL_SEED), so the CPU image does not compile them again.
+# It adds the OCI annotations version, revision, source, licenses and base.name: the first three
+# from pyproject.toml and git (DTC_VERSION, GIT_SHA, SOURCE_URL override them; SOURCE_URL defaults
+# to CodeBuild's source, then the clone's origin, then the clone's own path).
 set -euo pipefail
 REPO_DIR="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$REPO_DIR"
@@ -48,6 +52,14 @@ while IFS='=' read -r key value; do
 done < versions.env
 # shellcheck source=../versions.env
 . ./versions.env
+git_sha="${GIT_SHA:-${CODEBUILD_RESOLVED_SOURCE_VERSION:-$(git rev-parse HEAD 2>/dev/null || true)}}"
+source_url="${SOURCE_URL:-${CODEBUILD_SOURCE_REPO_URL:-$(git remote get-url origin 2>/dev/null || echo "file://$REPO_DIR")}}"
+version="${DTC_VERSION:-$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)}"
+# As --label, not as build arguments of a LABEL instruction: buildah takes a LABEL step from its
+# cache whatever the arguments' values are, and a new commit would keep the old revision.
+build_args+=(--label "org.opencontainers.image.version=$version" --label "org.opencontainers.image.revision=$git_sha"
+             --label "org.opencontainers.image.source=$source_url" --label "org.opencontainers.image.licenses=Apache-2.0"
+             --label "org.opencontainers.image.base.name=$BASE_IMAGE")
 
 local_torch="$(find "${PIP_FIND_LINKS:-/opt/wheels}" -maxdepth 1 -name "torch-$TORCH_VERSION+cpu-*.whl" 2>/dev/null | head -n1 || true)"
 [ "$FLAVOR" = cpu ] || local_torch=""
@@ -58,6 +70,9 @@ if [ -x "$host_python" ]; then
   entry="$(FLAVOR="$FLAVOR" PYTHON="$host_python" docker/build-horovod.sh --print-key)"
   cached="${HOROVOD_WHEEL_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/dtc/horovod-wheels}/$entry"
   [ -z "$(ls "$cached"/horovod-*.whl 2>/dev/null)" ] || horovod_entry="$cached"
+  # shellcheck disable=SC2016  # expanded by the inner bash
+  built_entries="$(FLAVOR="$FLAVOR" PYTHON="$host_python" bash -c \
+    'source docker/lib.sh && echo "$DTC_WHEEL_CACHE" && mpi4py_entry && sagemaker_training_entry && dali_tf_plugin_entry')"
 fi
 
 # What the build gets from this machine, in build/wheels (the only part of build/ in the context, and
@@ -74,6 +89,16 @@ stage_wheels() {
       || cp "$horovod_entry"/horovod-*.whl "build/wheels/horovod/$(basename "$horovod_entry")/"
     log "Horovod from the host setup's wheel $(basename "$horovod_entry") (same inputs, not compiled again)"
   fi
+  [ -n "${built_entries:-}" ] || return 0
+  local cache entry
+  cache="$(head -n1 <<< "$built_entries")"
+  while read -r entry; do
+    if compgen -G "$cache/$entry/*.whl" > /dev/null; then
+      mkdir -p "build/wheels/built/$entry"
+      cp -l "$cache/$entry"/*.whl "build/wheels/built/$entry/" 2>/dev/null || cp "$cache/$entry"/*.whl "build/wheels/built/$entry/"
+      log "${entry%-*-*} from the host setup's wheel $entry (same inputs, not compiled again)"
+    fi
+  done < <(tail -n +2 <<< "$built_entries")
 }
 
 secret_args=()
@@ -128,8 +153,12 @@ fi
 # One build at a time per checkout: build/wheels is the context's staging area, and the tests start
 # builds from several workers at once (make train and make cluster with Docker, the buildspec).
 mkdir -p build
-exec 9> build/build-image.lock
-flock 9
+exec 9>> build/build-image.lock
+if ! flock -n 9; then
+  log "waiting for the build already running in this checkout: $(cat build/build-image.owner 2>/dev/null || echo unknown)"
+  flock 9
+fi
+echo "$IMAGE ($FLAVOR), process $$, started $(date -u +%Y-%m-%dT%H:%M:%SZ)" > build/build-image.owner
 stage_wheels
 log "building $IMAGE ($FLAVOR) with ${tool[*]:0:2}"
 start=$(date +%s)

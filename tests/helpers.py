@@ -454,6 +454,12 @@ def check_in_image_suite(flavor: str, image: str | None = None, env: dict[str, s
         assert " skipped" not in done.stdout.splitlines()[-1], done.stdout[-3000:]   # every GPU check ran
 
 
+def image_sanity(image: str, flavor: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -m dtc_local.image_sanity IMAGE --flavor FLAVOR ARGS`` (docs/image.md, Checks)."""
+    return subprocess.run([sys.executable, "-m", "dtc_local.image_sanity", image, "--flavor", flavor, *args],
+                          capture_output=True, text=True, timeout=600)
+
+
 def check_labels(flavor: str) -> None:
     """The image's labels carry the pinned versions of its flavor."""
     labels = json.loads(container("image", "inspect", flavor_image(flavor), check=True).stdout)[0]["Config"]["Labels"]

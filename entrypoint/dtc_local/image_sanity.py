@@ -21,7 +21,9 @@ mounts IMAGE read-only from podman's store (``podman image mount``), reads its c
   it calls a fortifiable libc function (imports a ``__*_chk`` function), full RELRO (``GNU_RELRO``
   and ``BIND_NOW``) and a non-executable stack (``GNU_STACK`` without ``E``), as read by binutils'
   ``readelf``. Debian's packages (built under Debian's hardening policy) and the index's
-  wheels are their publishers' builds; the SBOM names them.
+  wheels are their publishers' builds. FORTIFY leaves a trace only where a call's buffer size is
+  known when compiling: a file built with it whose calls all have sizes unknown until run time
+  imports no ``__*_chk`` and reads as not fortified, as checksec reports it too.
 - ``labels``: the OCI annotations ``org.opencontainers.image.{source,version,revision,licenses,
   base.name}`` (https://github.com/opencontainers/image-spec/blob/main/annotations.md) are set.
 - ``cuda`` (CPU flavor): no ``/usr/local/cuda``, and every CUDA library (``libcudart``,
@@ -81,7 +83,8 @@ MAX_SCANNED_BYTES = 1 << 20          # private keys are small; larger files are 
 class Finding:
     """One thing the image must not have: ``check`` (credentials, environment, hardening, labels,
     cuda, exceptions), ``subject`` (a path in the image without its leading ``/``, a variable, a
-    label, or a distribution's normalized name) and ``detail`` (one line)."""
+    label, or a distribution's normalized name; for hardening, the owner and the missing property,
+    ``mpi4py (not fortified)``) and ``detail`` (one line)."""
 
     check: str
     subject: str
@@ -287,9 +290,8 @@ def hardening_findings(root: Path, owners: Ownership) -> list[Finding]:
         for weakness in elf_weaknesses(root / path):
             tally = by_owner.setdefault(owner, {})
             tally[weakness] = tally.get(weakness, 0) + 1
-    return [Finding("hardening", owner, f"of {counted[owner]} ELF files: " +
-                    ", ".join(f"{weak} {count}" for weak, count in sorted(tally.items())))
-            for owner, tally in sorted(by_owner.items())]
+    return [Finding("hardening", f"{owner} ({weak})", f"{count} of {counted[owner]} ELF files")
+            for owner, tally in sorted(by_owner.items()) for weak, count in sorted(tally.items())]
 
 
 def label_findings(labels: dict[str, str] | None) -> list[Finding]:

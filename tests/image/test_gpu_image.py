@@ -26,6 +26,7 @@ from helpers import (
     check_two_host_job,
     container,
     flavor_image,
+    image_sanity,
     mpi_digits_job,
     run_cluster,
     run_job_in,
@@ -36,6 +37,15 @@ pytestmark = pytest.mark.image
 
 def test_gpu_in_image_sanity_suite():
     check_in_image_suite("gpu")
+
+
+def test_gpu_image_has_nothing_but_its_listed_exceptions():
+    """The image sanity checks (dtc_local.image_sanity: credentials, secret variables, the hardening
+    of what the build compiled, Horovod's CUDA build included, the OCI annotations)."""
+    image = flavor_image("gpu")
+    done = image_sanity(image, "gpu")
+    assert done.returncode == 0 and done.stdout.splitlines()[-1].startswith(f"{image}: 0 failed"), \
+        done.stdout[-4000:] + done.stderr[-2000:]
 
 
 def test_gpu_labels():
