@@ -328,15 +328,16 @@ def check(root: Path, config: dict, flavor: str) -> list[Finding]:
 
 @contextlib.contextmanager
 def mounted(image: str) -> Iterator[tuple[Path, dict]]:
-    """``image``'s root file system (podman's mount, read it only) and its configuration."""
-    config = json.loads(subprocess.run(["podman", "image", "inspect", image], capture_output=True, text=True,
-                                       check=True).stdout)[0]["Config"]
-    root = subprocess.run(["podman", "image", "mount", image], capture_output=True, text=True,
+    """``image``'s root file system (podman's mount, read it only) and its configuration. Mounted
+    and unmounted by its ID: a build may move the tag meanwhile."""
+    inspected = json.loads(subprocess.run(["podman", "image", "inspect", image], capture_output=True, text=True,
+                                          check=True).stdout)[0]
+    root = subprocess.run(["podman", "image", "mount", inspected["Id"]], capture_output=True, text=True,
                           check=True).stdout.strip()
     try:
-        yield Path(root), config
+        yield Path(root), inspected["Config"]
     finally:
-        subprocess.run(["podman", "image", "unmount", image], capture_output=True)
+        subprocess.run(["podman", "image", "unmount", inspected["Id"]], capture_output=True)
 
 
 def main(argv: list[str] | None = None) -> int:
