@@ -56,6 +56,8 @@ from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
 EXCEPTIONS = Path(__file__).with_name("image_sanity_exceptions.toml")
 SITE_PACKAGES = "opt/dtc/venv/lib/python3.11/site-packages"
 LOCK = "opt/dtc/requirements.lock"
@@ -74,7 +76,7 @@ OCI_LABELS = tuple(f"org.opencontainers.image.{key}" for key in ("source", "vers
                                                                  "base.name"))
 CUDA_LIBRARY = re.compile(r"^lib(cuda|cudart|cublas|cublasLt|cudnn\w*|cufft\w*|curand|cusolver\w*|cusparse\w*|nccl|"
                           r"nvrtc\w*|nvJitLink|nvjpeg\w*|npp\w*|cupti|nvToolsExt)\b[.\w]*\.so")
-LOCAL_WHEEL = re.compile(r"^# (\S+?)-[^-\s]+(?:-\d[^-\s]*)?-[^-\s]+-[^-\s]+-linux_x86_64\.whl sha256=", re.M)
+LOCK_WHEEL = re.compile(r"^# (\S+\.whl) sha256=", re.M)      # docker/lock-environment.py's header lines
 USR_MERGED = ("/bin/", "/sbin/", "/lib/", "/lib32/", "/lib64/", "/libx32/")
 MAX_SCANNED_BYTES = 1 << 20          # private keys are small; larger files are not read
 
@@ -112,11 +114,6 @@ class Verdict:
 
     failed: tuple[Finding, ...]
     excepted: tuple[tuple[Finding, Exception_], ...]
-
-
-def normalize(name: str) -> str:
-    """A distribution's name as PEP 503 normalizes it (``Horovod_X`` -> ``horovod-x``)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def load_exceptions(path: Path = EXCEPTIONS) -> list[Exception_]:
@@ -189,11 +186,16 @@ def ownership(root: Path) -> Ownership:
     wheels = {}
     site = root / SITE_PACKAGES
     for dist in metadata.distributions(path=[str(site)]):
-        name = normalize(dist.metadata["Name"])
+        name = canonicalize_name(dist.metadata["Name"])
         for file in dist.files or ():
             wheels[os.path.normpath(os.path.join(SITE_PACKAGES, str(file)))] = name
     lock = (root / LOCK).read_text() if (root / LOCK).exists() else ""
-    return Ownership(frozenset(debian), wheels, frozenset(normalize(n) for n in LOCAL_WHEEL.findall(lock)))
+    built_here = set()
+    for wheel in LOCK_WHEEL.findall(lock):
+        name, _, _, tags = parse_wheel_filename(wheel)
+        if any(tag.platform == "linux_x86_64" for tag in tags):    # no index serves this platform tag
+            built_here.add(name)
+    return Ownership(frozenset(debian), wheels, frozenset(built_here))
 
 
 def files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
@@ -206,7 +208,7 @@ def files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
                 yield os.path.relpath(full, root), info
 
 
-def credential_findings(root: Path, owners: Ownership) -> list[Finding]:
+def credential_findings(root: Path, owners: Ownership, listed: list[tuple[str, os.stat_result]]) -> list[Finding]:
     found = []
     homes = [root / "root", *sorted((root / "home").glob("*"))]
     for home in homes:
@@ -221,7 +223,7 @@ def credential_findings(root: Path, owners: Ownership) -> list[Finding]:
         for name, what in ((".git", "a git directory"), (".env", "an environment file")):
             if (root / top / name).exists():
                 found.append(Finding("credentials", os.path.join(top, name), what))
-    for path, info in files(root):
+    for path, info in listed:
         if owners.ours(path) != path or info.st_size > MAX_SCANNED_BYTES:
             continue
         with open(root / path, "rb") as handle:
@@ -276,10 +278,10 @@ def elf_weaknesses(path: Path) -> list[str]:
     return weak
 
 
-def hardening_findings(root: Path, owners: Ownership) -> list[Finding]:
+def hardening_findings(root: Path, owners: Ownership, listed: list[tuple[str, os.stat_result]]) -> list[Finding]:
     by_owner: dict[str, dict[str, int]] = {}
     counted: dict[str, int] = {}
-    for path, _ in files(root):
+    for path, _ in listed:
         owner = owners.ours(path)
         if owner is None:
             continue
@@ -299,12 +301,12 @@ def label_findings(labels: dict[str, str] | None) -> list[Finding]:
             for key in OCI_LABELS if not (labels or {}).get(key)]
 
 
-def cuda_findings(root: Path, owners: Ownership) -> list[Finding]:
+def cuda_findings(root: Path, owners: Ownership, listed: list[tuple[str, os.stat_result]]) -> list[Finding]:
     found = []
     if (root / "usr/local/cuda").exists():
         found.append(Finding("cuda", "usr/local/cuda", "a CUDA toolkit in the CPU flavor"))
     bundled: dict[str, list[str]] = {}
-    for path, _ in files(root):
+    for path, _ in listed:
         if CUDA_LIBRARY.match(os.path.basename(path)):
             owner = owners.wheels.get(path)
             if owner is None:
@@ -318,11 +320,11 @@ def cuda_findings(root: Path, owners: Ownership) -> list[Finding]:
 def check(root: Path, config: dict, flavor: str) -> list[Finding]:
     """Every finding of the image whose root file system is ``root`` and whose configuration
     (``podman image inspect``'s ``Config``: ``Env``, ``Labels``) is ``config``."""
-    owners = ownership(root)
-    found = credential_findings(root, owners) + environment_findings(config.get("Env") or [])
-    found += hardening_findings(root, owners) + label_findings(config.get("Labels"))
+    owners, listed = ownership(root), list(files(root))       # one walk of the image for every check
+    found = credential_findings(root, owners, listed) + environment_findings(config.get("Env") or [])
+    found += hardening_findings(root, owners, listed) + label_findings(config.get("Labels"))
     if flavor == "cpu":
-        found += cuda_findings(root, owners)
+        found += cuda_findings(root, owners, listed)
     return found
 
 
