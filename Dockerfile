@@ -9,10 +9,11 @@
 # Builder stage: builds the environment with the docker/ scripts the host setup runs too (Horovod,
 # mpi4py, the DALI TF plugin and sagemaker-training's extension compiled) and DeepSpeed with its CPU
 # op (the image only), then keeps only its lock and the compiled wheels. Runtime stage: no
-# compilers; it installs the lock (the same environment) and this project's own code last, so a
-# code change rebuilds in seconds. Build secrets and caches (pip CA, pip, Horovod and DeepSpeed
-# wheels) are mounts, never layers. No `# syntax=` line: BuildKit would fetch that frontend image
-# from Docker Hub first; the built-in frontends of Docker 20.10+ and buildah read every instruction here.
+# compilers; it installs the lock (the same environment, hash-checked), then this project's own code
+# and the image's SBOM last, so a code change rebuilds in a minute or two. Build secrets and caches
+# (pip CA, pip, Horovod and DeepSpeed wheels) are mounts, never layers. No `# syntax=` line: BuildKit
+# would fetch that frontend image from Docker Hub first; the built-in frontends of Docker 20.10+ and
+# buildah read every instruction here.
 
 ARG FLAVOR=cpu
 ARG BASE_IMAGE=debian:bookworm-slim
@@ -88,6 +89,8 @@ ARG SAGEMAKER_SDK_V3_VERSION
 ARG PIP_VERSION
 ARG SETUPTOOLS_VERSION
 ARG WHEEL_VERSION
+ARG CYCLONEDX_BOM_VERSION
+ARG CYCLONEDX_PYTHON_LIB_VERSION
 ARG CUDA_MAJOR
 ARG CUDA_RUNTIME_VERSION
 ARG NCCL_VERSION
@@ -122,16 +125,18 @@ RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
 # (docs/image.md, Disk). A CPU torch wheel and the Horovod wheel the host setup built from the
 # same inputs (same cache key) come from build/wheels/, and so do the host setup's compiled mpi4py,
 # sagemaker-training and DALI plugin wheels (build/wheels/built/; docker/lib.sh, built_wheel):
-# scripts/build-image.sh puts them there; a clone has it empty but for .gitkeep. Only that directory is mounted: BuildKit keys a step on the
+# scripts/build-image.sh puts them there; a clone has it empty but for .gitkeep. docker/lib.sh gives the
+# step the pins and the build secret's CA (PIP_CERT), which the lock's downloads of the index's wheels
+# need too (their hashes: docker/lock-environment.py). Only that directory is mounted: BuildKit keys a step on the
 # checksums of the files it mounts, so a change elsewhere in the context does not re-run this step.
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip --mount=type=cache,target=/root/.cache/dtc \
     --mount=type=bind,source=build/wheels,target=/wheels \
     export PIP_FIND_LINKS=/wheels DTC_WHEEL_SEED=/wheels/built \
- && . ./versions.env && "python${PYTHON_VERSION}" -m venv "${VENV}" \
+ && . ./docker/lib.sh && "python${PYTHON_VERSION}" -m venv "${VENV}" \
  && ./docker/install-python-packages.sh && ./docker/install-mpi4py.sh \
  && HOROVOD_WHEEL_SEED=/wheels/horovod ./docker/build-horovod.sh \
  && ./docker/install-dali.sh && ./docker/install-deepspeed.sh && "${PYTHON}" -m pip check \
- && torch_index="$(. ./docker/lib.sh && torch_index_url)" \
+ && torch_index="$(torch_index_url)" \
  && "${PYTHON}" docker/lock-environment.py /opt/dtc/wheels --extra-index-url "${torch_index}" \
       --search /root/.cache/pip/wheels --search /root/.cache/dtc/horovod-wheels --search /root/.cache/dtc/deepspeed-wheels \
       --search /root/.cache/dtc/torchvision-wheels --search /root/.cache/dtc/built-wheels --search /wheels \
@@ -174,6 +179,10 @@ COPY train/ ./train/
 RUN "${PYTHON}" -m pip install --quiet --no-deps --no-build-isolation --no-cache-dir . \
  && rm -rf build ./*.egg-info && mkdir -p /opt/ml/code \
  && install -m 0755 docker/entry.sh /usr/local/bin/dtc-entry
+# The SBOM of what this image holds, last (docker/write-sbom.sh: every Python distribution with its
+# wheel's sha256, every Debian package, what was compiled or patched here; CycloneDX 1.6 JSON).
+RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
+    ./docker/write-sbom.sh /opt/dtc/sbom.cdx.json
 WORKDIR /
 EXPOSE 22
 # No CMD: with no command, dtc-entry runs `train` inside a training job (/opt/ml/input/config

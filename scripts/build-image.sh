@@ -13,6 +13,8 @@
 # INSTALL_EFA (gpu), BUILD_REPORT (a JSON file to write the build's flavor, time, size and budgets to),
 # DOCKER (the Docker CLI, default `docker`; it must build with BuildKit: Debian's docker.io 20.10,
 # or a newer one with the buildx plugin) and DOCKER_HOST (which daemon).
+# Writes, beside the image, build/image-files/<IMAGE, ':' and '/' as '_'>/sbom.cdx.json and
+# requirements.lock: the image's SBOM (docker/sbom.py) and the lock its environment was installed from.
 #
 # Disk (measured in docs/image.md): buildah writes a layer three times while committing it (the
 # build container's files, a temporary blob in TMPDIR, default /var/tmp, and the stored layer);
@@ -47,8 +49,8 @@ time_budget_s="${IMAGE_BUILD_BUDGET_S:-$time_budget_s}"
 free_needed_gb="${IMAGE_BUILD_FREE_GB:-$free_needed_gb}"
 
 build_args=(--build-arg "FLAVOR=$FLAVOR" --build-arg "INSTALL_EFA=${INSTALL_EFA:-false}")
-while IFS='=' read -r key value; do
-  [[ "$key" =~ ^[A-Z][A-Z0-9_]*$ ]] && build_args+=(--build-arg "$key=$value")
+while IFS='=' read -r key value; do   # every pin; not the release dates (*_RELEASED), which build nothing
+  [[ "$key" =~ ^[A-Z][A-Z0-9_]*$ && "$key" != *_RELEASED ]] && build_args+=(--build-arg "$key=$value")
 done < versions.env
 # shellcheck source=../versions.env
 . ./versions.env
@@ -177,5 +179,9 @@ if [ -n "${BUILD_REPORT:-}" ]; then
   printf '{"image": "%s", "flavor": "%s", "date": "%s", "build_s": %d, "build_budget_s": %d, "size_gb": %s, "size_budget_gb": %s}\n' \
     "$IMAGE" "$FLAVOR" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$elapsed" "$time_budget_s" "$size_gb" "$size_budget_gb" > "$BUILD_REPORT"
 fi
+# The image's SBOM and lock beside it, for the user (make push publishes them, from the image it pushes).
+files_dir="build/image-files/$(tr ':/' '__' <<< "$IMAGE")"
+scripts/image-files.sh "$IMAGE" "$files_dir"
+log "SBOM and lock of $IMAGE: $files_dir/sbom.cdx.json, $files_dir/requirements.lock"
 awk -v s="$size_gb" -v b="$size_budget_gb" 'BEGIN { exit !(s <= b) }' || { log "error: image is over its size budget"; exit 1; }
 [ "$elapsed" -le "$time_budget_s" ] || { log "error: the build took longer than its budget"; exit 1; }

@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = REPO / "tests" / "fixtures" / "gpu-verified.json"
-INPUTS = ("Dockerfile", ".dockerignore", "versions.env", "docker", "scripts/build-image.sh",
+INPUTS = ("Dockerfile", ".dockerignore", "versions.env", "docker", "scripts/build-image.sh", "scripts/image-files.sh",
           "scripts/make-base-image.sh", "scripts/gpu-verify.sh", "tests/image/in_image",
           "tests/image/test_gpu_image.py")
 

@@ -15,7 +15,13 @@
 #               registry already has it: a pushed tag is never overwritten), and a descriptive tag
 #               from the image's labels, <flavor>-tf<TF>-pt<PyTorch>-py<Python>[-cu<CUDA>]
 #               (moves to the newest build); writes $RELEASE_DIR/images.json (every URI) and
-#               $RELEASE_DIR/image-uri.txt (the first flavor's immutable URI: the artifact)
+#               $RELEASE_DIR/image-uri.txt (the first flavor's immutable URI: the artifact). Then
+#               the image's SBOM and lock (copied out of it: scripts/image-files.sh) as artifacts
+#               ($RELEASE_DIR/sbom-<flavor>.cdx.json, requirements-<flavor>.lock), what changed in
+#               the lock since the flavor's previous release, printed and kept as
+#               $RELEASE_DIR/lock-changes-<flavor>.txt (entrypoint/dtc_local/lock_diff.py), and both
+#               files pushed as a two-file image (FROM scratch) tagged <immutable tag>-files and
+#               <flavor>-files-latest, where the next release reads the previous lock
 #
 # Env: REGION (default $AWS_REGION, then $AWS_DEFAULT_REGION), REPOSITORY (default dtc),
 # FLAVORS (space-separated; default cpu), GIT_SHA (default $CODEBUILD_RESOLVED_SOURCE_VERSION,
@@ -70,6 +76,39 @@ tag_exists() {  # tag_exists REPOSITORY_URI TAG: 0 when it exists, 1 when not; d
     # podman 4.3 prints a NAME/TAG table whatever --format says
     "$engine" search --list-tags --limit 100000 "$1" 2>/dev/null | awk 'NR > 1 {print $2}' | grep -qxF -- "$2"
   fi
+}
+
+# The SBOM and lock of dtc:FLAVOR into the release: artifacts, the lock's changes since the previous
+# release (the registry's FLAVOR-files-latest), and the two files as an image of their own.
+publish_files() {  # publish_files REPOSITORY_URI FLAVOR TAG REVISION
+  local target="$1" flavor="$2" tag="$3" revision="$4" files work id
+  work="$(mktemp -d)"
+  files="$work/files"
+  scripts/image-files.sh "dtc:$flavor" "$files" || die "dtc:$flavor has no /opt/dtc/sbom.cdx.json or requirements.lock"
+  cp "$files/sbom.cdx.json" "$RELEASE_DIR/sbom-$flavor.cdx.json"
+  cp "$files/requirements.lock" "$RELEASE_DIR/requirements-$flavor.lock"
+  if tag_exists "$target" "$flavor-files-latest"; then
+    "$engine" pull -q "$target:$flavor-files-latest" > /dev/null
+    id="$("$engine" create "$target:$flavor-files-latest" none)"
+    "$engine" cp "$id:/requirements.lock" "$work/previous.lock"
+    "$engine" rm "$id" > /dev/null
+    log "requirements.lock of $flavor, changes since the previous release" \
+        "($(label "$target:$flavor-files-latest" org.opencontainers.image.revision)):"
+    python3 entrypoint/dtc_local/lock_diff.py "$work/previous.lock" "$files/requirements.lock" \
+      | tee "$RELEASE_DIR/lock-changes-$flavor.txt" | sed 's/^/[release]   /' >&2
+  else
+    log "first release of $flavor in $target: no previous lock to compare with"
+    echo "first release of $flavor in $target" > "$RELEASE_DIR/lock-changes-$flavor.txt"
+  fi
+  printf 'FROM scratch\nCOPY sbom.cdx.json requirements.lock /\n' > "$work/Containerfile"
+  "$engine" build -q --label "org.opencontainers.image.revision=$revision" -t "$target:$tag-files" \
+    -f "$work/Containerfile" "$files" > /dev/null
+  "$engine" tag "$target:$tag-files" "$target:$flavor-files-latest"
+  for name in "$tag-files" "$flavor-files-latest"; do
+    log "pushing $target:$name (SBOM and lock)"
+    "$engine" push "$target:$name"
+  done
+  rm -rf "$work"
 }
 
 refuse_pushed() {  # refuse_pushed REPOSITORY_URI TAG: dies when the registry has the tag already
@@ -140,6 +179,7 @@ case "$step" in
         "$engine" push "$target:$tag"
       done
       entries+=("{\"flavor\": \"$flavor\", \"uri\": \"$target:$immutable\", \"descriptive_uri\": \"$target:$descriptive\"}")
+      publish_files "$target" "$flavor" "$immutable" "$(label "$image" org.opencontainers.image.revision)"
     done
     (IFS=,; printf '[%s]\n' "${entries[*]}") > "$RELEASE_DIR/images.json"
     printf '%s\n' "$target:$(echo "$FLAVORS" | awk '{print $1}')-$sha" > "$RELEASE_DIR/image-uri.txt"

@@ -320,14 +320,19 @@ def read_json(path: Path):
     return json.loads(Path(path).read_text())
 
 
-def pins() -> dict[str, str]:
-    """versions.env as a dict."""
+def versions_env(path: Path = REPO / "versions.env") -> dict[str, str]:
+    """Every KEY=VALUE of a versions.env, pins and release dates (<KEY>_RELEASED)."""
     values = {}
-    for line in (REPO / "versions.env").read_text().splitlines():
+    for line in path.read_text().splitlines():
         if line and not line.startswith("#") and "=" in line:
             key, _, value = line.partition("=")
             values[key] = value
     return values
+
+
+def pins() -> dict[str, str]:
+    """versions.env's pins as a dict (not their release dates)."""
+    return {key: value for key, value in versions_env().items() if not key.endswith("_RELEASED")}
 
 
 def torch_load(path: Path):

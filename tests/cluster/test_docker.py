@@ -66,7 +66,8 @@ def test_the_image_docker_built_is_the_one_buildah_built(engine, image):
     podman_lock = container("run", "--rm", "--network", "none", IMAGES["cpu"] or image, "cat",
                             "/opt/dtc/requirements.lock", timeout_s=300)
     def requirements(text: str) -> dict[str, str]:
-        pins = (line.split("==", 1) for line in text.splitlines() if "==" in line and not line.startswith("#"))
+        pins = (line.split()[0].split("==", 1) for line in text.splitlines()
+                if "==" in line and not line.startswith("#"))
         return {name.lower(): version for name, version in pins}
 
     # The same packages; the same versions of what versions.env pins (the frameworks and what is

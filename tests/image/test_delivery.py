@@ -7,7 +7,9 @@ on localhost, with htpasswd authentication whose password is the one moto's
 The image is pushed, then pulled back and run. With podman (the default engine here) it is pulled
 into an empty image store; with Docker's engine (scripts/docker-daemon.sh, as CodeBuild runs
 Docker: `docker manifest inspect`, `docker login`, `docker push`) its pushed tags are removed and
-it is pulled back by the immutable tag, and must be the image the build made.
+it is pulled back by the immutable tag, and must be the image the build made. The release's SBOM
+and lock are artifacts and an image of their own in the registry; a next release (another commit,
+its push step alone) prints what changed in the lock since the previous one.
 """
 
 import base64
@@ -176,10 +178,20 @@ def check_buildspec_release(ecr_api: dict, address: str, podman_env: dict, engin
     pinned = pins()
     immutable = f"cpu-{sha[:12]}"
     descriptive = f"cpu-tf{pinned['TENSORFLOW_VERSION']}-pt{pinned['TORCH_VERSION']}-py{pinned['PYTHON_VERSION']}"
-    assert registry_tags(repository) == {immutable, descriptive}
+    tags = {immutable, descriptive, f"{immutable}-files", "cpu-files-latest"}   # the last two: SBOM and lock
+    assert registry_tags(repository) == tags
     assert json.loads(done.stdout.splitlines()[-1])["exported_variables"] == {"IMAGE_URI": f"{repository}:{immutable}"}
     artifacts = tmp_path / "artifacts"
-    assert sorted(p.name for p in artifacts.iterdir()) == ["build-cpu.json", "image-uri.txt", "images.json"]
+    assert sorted(p.name for p in artifacts.iterdir()) == [
+        "build-cpu.json", "image-uri.txt", "images.json", "lock-changes-cpu.txt", "requirements-cpu.lock",
+        "sbom-cpu.cdx.json"]
+    in_image = {name: subprocess.run([*container, "run", "--rm", "--network", "none", "dtc:cpu", "cat",
+                                      f"/opt/dtc/{name}"], capture_output=True, text=True, check=True,
+                                     env={**os.environ, **podman_env, **engine}).stdout
+                for name in ("sbom.cdx.json", "requirements.lock")}
+    assert (artifacts / "sbom-cpu.cdx.json").read_text() == in_image["sbom.cdx.json"]
+    assert (artifacts / "requirements-cpu.lock").read_text() == in_image["requirements.lock"]
+    assert (artifacts / "lock-changes-cpu.txt").read_text() == f"first release of cpu in {repository}\n"
     assert (artifacts / "image-uri.txt").read_text().strip() == f"{repository}:{immutable}"
     assert json.loads((artifacts / "images.json").read_text()) == [
         {"flavor": "cpu", "uri": f"{repository}:{immutable}", "descriptive_uri": f"{repository}:{descriptive}"}]
@@ -228,7 +240,41 @@ def check_buildspec_release(ecr_api: dict, address: str, podman_env: dict, engin
     over = run_buildspec({**env, "GIT_SHA": "0" * 40, "IMAGE_SIZE_BUDGET_GB": "1"}, tmp_path / "over")
     assert over.returncode != 0 and "image is over its size budget" in over.stderr
     assert "release.sh test" not in over.stderr
-    assert registry_tags(repository) == {immutable, descriptive}
+    assert registry_tags(repository) == tags
+
+    # The next release (another commit): its push pulls the previous release's files back and prints
+    # what changed in the lock. Here the previous lock had numpy from other bytes at the same version
+    # (its files image replaced in the registry by one whose lock says so).
+    lock = in_image["requirements.lock"]
+    requirements = [line for line in lock.splitlines() if not line.startswith(("#", "-"))]
+    [numpy] = [line for line in requirements if line.startswith("numpy==")]
+    pin, real_hash = numpy.split(" --hash=sha256:")
+    previous = tmp_path / "previous"
+    previous.mkdir()
+    (previous / "requirements.lock").write_text(lock.replace(numpy, f"{pin} --hash=sha256:{'f' * 64}"))
+    (previous / "sbom.cdx.json").write_text(in_image["sbom.cdx.json"])
+    (previous / "Containerfile").write_text("FROM scratch\nCOPY sbom.cdx.json requirements.lock /\n")
+    engine_env = {**os.environ, **podman_env, **engine}
+    subprocess.run([*container, "build", "-q", "--label", "org.opencontainers.image.revision=previous", "-t",
+                    f"{repository}:cpu-files-latest", "-f", str(previous / "Containerfile"), str(previous)],
+                   check=True, capture_output=True, env=engine_env, timeout=300)
+    subprocess.run([*container, "push", f"{repository}:cpu-files-latest"], check=True, capture_output=True,
+                   env=engine_env, timeout=300)
+    release_dir = tmp_path / "next"
+    release_dir.mkdir()
+    shutil.copy(REPO / "build" / "release" / "repository-uri", release_dir)
+    following = subprocess.run(["scripts/release.sh", "push"], cwd=REPO, capture_output=True, text=True,
+                               env={**os.environ, **env, "GIT_SHA": "1" * 40, "RELEASE_DIR": str(release_dir)},
+                               timeout=1800)
+    assert following.returncode == 0, following.stderr[-4000:]
+    change = (f"! numpy {pin.split('==')[1]}: another wheel at the same version on the index "
+              f"(sha256 {'f' * 12} -> {real_hash[:12]})")
+    assert (release_dir / "lock-changes-cpu.txt").read_text() == (
+        f"{change}\n1 of {len(requirements)} distributions changed\n")
+    assert "changes since the previous release (previous):" in following.stderr and change in following.stderr
+    assert registry_tags(repository) == tags | {"cpu-111111111111", "cpu-111111111111-files"}
+    for tag in (f"{immutable}-files", "cpu-files-latest", "cpu-111111111111", "cpu-111111111111-files"):
+        subprocess.run([*container, "rmi", f"{repository}:{tag}"], capture_output=True, env=pull_env)
 
 
 def test_make_push_needs_a_region_and_takes_aws_region_by_default():

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from helpers import BIN, REPO, pins
+from helpers import BIN, REPO, pins, versions_env
 
 
 def test_make_lints_the_dockerfile_with_a_config_under_which_any_finding_fails(tmp_path):
@@ -60,14 +60,17 @@ def test_dry_run_prints_the_resolved_build_with_every_pin(flavor):
 
 
 def test_a_build_argument_overrides_its_pin_in_the_images_versions_env(tmp_path):
-    """docker/resolve-pins.sh: what the Dockerfile runs first, so `--build-arg X=...` takes effect."""
+    """docker/resolve-pins.sh: what the Dockerfile runs first, so `--build-arg X=...` takes effect;
+    the release date beside the overridden pin becomes `unknown`, every other line stays."""
     target = tmp_path / "versions.env"
     shutil.copy(REPO / "versions.env", target)
     env = {k: v for k, v in os.environ.items() if k not in pins()}
     done = subprocess.run([str(REPO / "docker" / "resolve-pins.sh"), str(target)], capture_output=True, text=True,
                           env={**env, "TORCH_GPU_VERSION": "2.13.0+cu129", "NCCL_VERSION": ""}, check=True)
-    resolved = dict(line.split("=", 1) for line in target.read_text().splitlines() if re.match(r"^[A-Z]", line))
-    assert resolved["TORCH_GPU_VERSION"] == "2.13.0+cu129"
-    assert {k: v for k, v in resolved.items() if k != "TORCH_GPU_VERSION"} == \
-        {k: v for k, v in pins().items() if k != "TORCH_GPU_VERSION"}
+    resolved, committed = versions_env(target), versions_env()
+    changed = {"TORCH_GPU_VERSION", "TORCH_GPU_VERSION_RELEASED"}
+    assert (resolved["TORCH_GPU_VERSION"], resolved["TORCH_GPU_VERSION_RELEASED"]) == ("2.13.0+cu129", "unknown")
+    assert committed["TORCH_GPU_VERSION_RELEASED"] != "unknown"
+    assert {k: v for k, v in resolved.items() if k not in changed} == \
+        {k: v for k, v in committed.items() if k not in changed}
     assert "TORCH_GPU_VERSION=2.13.0+cu129 (build argument" in done.stderr

@@ -8,6 +8,7 @@ its kernels for every architecture we ship, and libfabric's EFA provider.
 """
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -198,16 +199,61 @@ def test_the_environment_is_the_builder_stages_lock():
     in the builder stage): exactly those distributions at those versions, nothing else."""
     lock, local = set(), set()
     for line in Path("/opt/dtc/requirements.lock").read_text().splitlines():
-        if " @ file://" in line:    # a wheel the builder compiled: name @ file:///opt/dtc/wheels/<name>-<version>-...
-            name, wheel = line.split(" @ file://")
+        if line.startswith(("#", "-")):
+            continue
+        requirement, hash_ = line.split(" --hash=sha256:")     # every line has its wheel's sha256
+        assert re.fullmatch(r"[0-9a-f]{64}", hash_), line
+        if " @ file://" in requirement:    # a wheel the builder compiled: name @ file:///opt/dtc/wheels/<name>-<version>-...
+            name, wheel = requirement.split(" @ file://")
             lock.add(f"{name}=={Path(wheel).name.split('-')[1]}")
             local.add(name)
-        elif "==" in line and not line.startswith(("#", "-")):
-            lock.add(line)
+        else:
+            lock.add(requirement)
     installed = {f"{re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()}=={d.version}"
                  for d in metadata.distributions() if d.metadata["Name"] != "dtc"}
     assert len(lock) > 50 and installed == lock, (sorted(installed - lock), sorted(lock - installed))
     assert {"horovod", "mpi4py", "deepspeed", "sagemaker-training", "nvidia-dali-tf-plugin-cuda120"} <= local, local
+
+
+def test_the_sbom_is_what_pip_and_dpkg_list_with_each_wheels_sha256():
+    """/opt/dtc/sbom.cdx.json (docker/sbom.py): every distribution `pip list` shows and every package
+    `dpkg -l` shows as installed, at their versions, nothing missing and nothing extra; each Python
+    one with the sha256 the lock installed it by; what was built here with its sources and patches;
+    the pins' release dates."""
+    bom = json.loads(Path("/opt/dtc/sbom.cdx.json").read_text())
+    assert (bom["bomFormat"], bom["specVersion"], bom["metadata"]["component"]["name"]) == ("CycloneDX", "1.6", "dtc")
+    def canonical(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+    python = {c["purl"]: c for c in bom["components"] if c["purl"].startswith("pkg:pypi/")}
+    debian = {c["purl"]: c for c in bom["components"] if c["purl"].startswith("pkg:deb/")}
+    assert len(python) + len(debian) == len(bom["components"])
+    pip_list = {(canonical(d["name"]), d["version"])
+                for d in json.loads(run("python", "-m", "pip", "list", "--format", "json")) if d["name"] != "dtc"}
+    assert {(canonical(c["name"]), c["version"]) for c in python.values()} == pip_list
+    dpkg = set()
+    for line in run("dpkg", "-l").splitlines():
+        if line.startswith("ii "):
+            _, package, version = line.split()[:3]
+            dpkg.add((package.split(":")[0], version))
+    assert len(dpkg) > 50 and {(c["name"], c["version"]) for c in debian.values()} == dpkg
+    hashes = {}
+    for line in Path("/opt/dtc/requirements.lock").read_text().splitlines():
+        if not line.startswith(("#", "-")):
+            hashes[canonical(re.split(r"[ =]", line, maxsplit=1)[0])] = line.rsplit("--hash=sha256:", 1)[1]
+    assert {canonical(c["name"]): c["hashes"] for c in python.values()} == {
+        name: [{"alg": "SHA-256", "content": digest}] for name, digest in hashes.items()}
+    by_name = {canonical(c["name"]): c for c in python.values()}
+    built = {name for name, c in by_name.items() if any(p["name"] == "dtc:built-by" for p in c.get("properties", []))}
+    assert {"horovod", "mpi4py", "deepspeed", "sagemaker-training", "nvidia-dali-tf-plugin-cuda120"} <= built, built
+    patches = sorted(Path("/opt/dtc/src/docker/patches").glob("*.patch")) + (
+        sorted(Path("/opt/dtc/src/docker/patches/gpu").glob("*.patch")) if GPU else [])
+    assert [p["diff"]["text"]["content"] for p in by_name["horovod"]["pedigree"]["patches"]] == [
+        p.read_text() for p in patches]
+    assert {"type": "source-distribution", "url": f"https://pypi.org/project/horovod/{pins()['HOROVOD_VERSION']}/#files",
+            "comment": "built here by docker/build-horovod.sh"} in by_name["horovod"]["externalReferences"]
+    released = {p["value"] for p in by_name["tensorflow"]["properties"] if p["name"] == "dtc:pin:released"}
+    assert released == {f"{pins()['TENSORFLOW_VERSION_RELEASED']} (TENSORFLOW_VERSION={pins()['TENSORFLOW_VERSION']}, "
+                        "versions.env)"}
 
 
 def test_horovod_check_build():
