@@ -180,9 +180,12 @@ RUN "${PYTHON}" -m pip install --quiet --no-deps --no-build-isolation --no-cache
  && rm -rf build ./*.egg-info && mkdir -p /opt/ml/code \
  && install -m 0755 docker/entry.sh /usr/local/bin/dtc-entry
 # The SBOM of what this image holds, last (docker/write-sbom.sh: every Python distribution with its
-# wheel's sha256, every Debian package, what was compiled or patched here; CycloneDX 1.6 JSON).
+# wheel's sha256, every Debian package, what was compiled or patched here; CycloneDX 1.6 JSON), then
+# every component's license text and a manifest in /opt/dtc/licenses, failing on a license the project
+# has not accepted (dtc_local.licenses, entrypoint/dtc_local/accepted_licenses.toml).
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
-    ./docker/write-sbom.sh /opt/dtc/sbom.cdx.json
+    ./docker/write-sbom.sh /opt/dtc/sbom.cdx.json \
+ && "${PYTHON}" -m dtc_local.licenses --sbom /opt/dtc/sbom.cdx.json --out /opt/dtc/licenses --flavor "${FLAVOR}"
 WORKDIR /
 EXPOSE 22
 # No CMD: with no command, dtc-entry runs `train` inside a training job (/opt/ml/input/config

@@ -256,6 +256,24 @@ def test_the_sbom_is_what_pip_and_dpkg_list_with_each_wheels_sha256():
                         "versions.env)"}
 
 
+def test_every_component_of_the_sbom_has_its_license_and_its_text_in_opt_dtc_licenses():
+    """/opt/dtc/licenses (dtc_local.licenses, the build's last step): a manifest row for each
+    component of the SBOM, with where its source is and its license, and its license text shipped
+    (or, where its wheel has none, the text_url accepted_licenses.toml gives)."""
+    bom = json.loads(Path("/opt/dtc/sbom.cdx.json").read_text())
+    root = Path("/opt/dtc/licenses")
+    rows = json.loads((root / "manifest.json").read_text())
+    assert sorted((r["name"], r["version"]) for r in rows) == sorted(
+        (c["name"], c["version"]) for c in bom["components"])
+    for row in rows:
+        assert row["source"].startswith("https://") and row["kind"] in ("python", "debian"), row
+        assert row["files"] or row["text_url"].startswith("https://"), row
+        assert all((root / name).stat().st_size > 0 for name in row["files"]), row
+        assert row["license"] or row["kind"] == "debian", row   # a Debian copyright file that is not DEP-5 names none
+    assert sum(not row["files"] for row in rows) <= 2
+    assert {r["name"]: r["license"] for r in rows}["tensorflow"] == "License :: OSI Approved :: Apache Software License"
+
+
 def test_horovod_check_build():
     out = run("horovodrun", "--check-build")
     wanted = ["TensorFlow", "PyTorch", "MPI", "Gloo"] + (["NCCL"] if os.environ["FLAVOR"] == "gpu" else [])
