@@ -171,14 +171,39 @@ class TrainResult:
         return (self.base_dir / "output" / "success").exists()
 
 
+# Ports the tests' servers bind come from below the kernel's ephemeral range
+# (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default), from a block of its own for each
+# pytest-xdist worker. A port the kernel picks for a bind to port 0 is an ephemeral one, which any
+# outgoing connection on the machine may be given as its local port between the pick and the
+# server's bind: EADDRINUSE (seen in a CI run of b141d87: tests/integration/test_preflight.py, the
+# probe's store on port 43525, taken meanwhile). No connection is ever given a port below the range.
+PORT_BASE, PORTS_PER_WORKER = 20000, 1000
+EPHEMERAL_LOW = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+_port_offset = 0
+
+
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports no process listens on now (the kernel's picks for port 0; all are
-    held open until every one is picked, so none repeats)."""
+    """``count`` distinct TCP ports nothing is bound to now, from this pytest-xdist worker's own block
+    below the ephemeral range (above), each tried by binding it on every interface; successive calls
+    move on through the block, so a port a finished test's server left in TIME_WAIT is not handed
+    out again soon. Raises RuntimeError when the block has none left."""
+    global _port_offset
+    first = PORT_BASE + int(WORKER[2:]) * PORTS_PER_WORKER
+    assert first + PORTS_PER_WORKER <= EPHEMERAL_LOW, f"worker {WORKER}'s ports reach the ephemeral range"
+    picked = []
     with contextlib.ExitStack() as held:
-        probes = [held.enter_context(socket.socket()) for _ in range(count)]
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in probes]
+        for _ in range(PORTS_PER_WORKER):
+            port = first + _port_offset % PORTS_PER_WORKER
+            _port_offset += 1
+            probe = held.enter_context(socket.socket())
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue
+            picked.append(port)
+            if len(picked) == count:
+                return picked
+    raise RuntimeError(f"no {count} free ports in {first}..{first + PORTS_PER_WORKER - 1}")
 
 
 def free_port() -> int:

@@ -29,16 +29,21 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BIN, BUILDSPEC_IMAGE, CONTAINER, REPO, docker_env, docker_image, exclusive, flavor_image, pins
+from helpers import (
+    BIN,
+    BUILDSPEC_IMAGE,
+    CONTAINER,
+    REPO,
+    docker_env,
+    docker_image,
+    exclusive,
+    flavor_image,
+    free_port,
+    pins,
+)
 
 pytestmark = pytest.mark.image
 ACCOUNT = "123456789012"          # moto's default account; its ECR token's password is "<account>-auth-token"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for_port(port: int, process: subprocess.Popen, timeout_s: float = 30) -> None:

@@ -3,7 +3,6 @@ the network interface fallback, naming a lost peer by host from what Gloo and Te
 and the end notice over a real socket (tests/integration/test_contract_fixes.py runs `train`)."""
 
 import json
-import socket
 
 import pytest
 
@@ -84,10 +83,9 @@ def test_what_a_worker_hosts_tf_server_says_of_the_master_heads_its_failure():
 def test_the_end_notice_reaches_the_listener_and_a_closed_port_is_reported():
     """The master's word that training ended (``peers.send_end_notice``) over a real socket."""
     from dtc_entrypoint import peers
+    from helpers import free_port
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     listener = peers.EndNoticeListener(port)
     assert listener.wait(0.2) is None
     assert peers.send_end_notice([f"127.0.0.1:{port}", "127.0.0.1:1"], 143, timeout_s=2) == ["127.0.0.1:1"]

@@ -3,17 +3,11 @@ failed says why for a few seconds before its port closes, so that the other host
 carry its cause instead of "host ... stopped answering" (issue #41, item 0)."""
 
 import os
-import socket
 import threading
 import time
 
 from dtc_entrypoint import peers, report
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from helpers import free_port
 
 
 def test_a_running_presence_answers_nothing_and_a_failed_one_its_line_until_it_closes():
