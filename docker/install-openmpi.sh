@@ -10,7 +10,14 @@
 # The wrapper at $BIN_DIR/mpirun adds --allow-run-as-root (containers run as root, as in AWS's
 # DLC images) and defaults binding/mapping to none/slot (the DLC's openmpi-mca-params.conf);
 # a caller's own OMPI_MCA_* values win. It replaces a network interface named on its command line
-# that the container lacks (SDK v3's MPI driver: ethwe) with one it has, with a warning.
+# that the container lacks (SDK v3's MPI driver: ethwe) with one it has, with a warning. And it
+# gives the SageMaker SDK's MPI() driver the ranks it asked for: that driver (sagemaker-train,
+# container_drivers/distributed_drivers/mpi_utils.py, get_mpirun_command; the SDK v2 ModelTrainer's
+# copy too) passes `--host h1:N,h2:N,... -np N -mca plm_rsh_num_concurrent <hosts>`, its processes
+# per host as mpirun's global -np, so a job on several hosts would get one host's worth of ranks,
+# all on the first host. On exactly that command line (every host N slots, -np N, the driver's
+# plm_rsh_num_concurrent equal to the host count, more than one host) -np becomes N x hosts, with
+# a warning naming the SDK's bug; any other command line keeps its -np.
 #
 # Env: BIN_DIR (default /usr/local/bin), OPENMPI_DEV (1), SKIP_APT=1 to only (re)write the wrapper.
 # shellcheck source=lib.sh
@@ -33,7 +40,9 @@ cat > "$BIN_DIR/mpirun" <<'WRAPPER'
 # and replaces a network interface that this container does not have, named in
 # `-mca btl_tcp_if_include|oob_tcp_if_include NAME` or `-x NCCL_SOCKET_IFNAME=NAME` (SageMaker SDK
 # v3's MPI driver names `ethwe`, which only SageMaker's own hosts have), with one it has: eth0,
-# else the first interface that is up (what train's launchers do: dtc_entrypoint.fabric).
+# else the first interface that is up (what train's launchers do: dtc_entrypoint.fabric); and
+# turns the SageMaker SDK MPI() driver's `-np <processes per host>` into every host's processes
+# (docker/install-openmpi.sh says when).
 : "${OMPI_MCA_hwloc_base_binding_policy:=none}"
 : "${OMPI_MCA_rmaps_base_mapping_policy:=slot}"
 export OMPI_MCA_hwloc_base_binding_policy OMPI_MCA_rmaps_base_mapping_policy
@@ -57,10 +66,32 @@ existing_interface() {
   printf '%s' "$fallback"
 }
 
+# The SDK MPI() driver's command line: --host h1:N,...,hK:N (K > 1), -np N and
+# `-mca plm_rsh_num_concurrent K`; sets np_total to N x K then, else leaves it empty.
+np_total="" hosts="" np="" concurrent="" before="" previous=""
+for arg do
+  case "$previous" in --host|-host|-H) hosts="$arg" ;; -np|--np|-n) np="$arg" ;; esac
+  case "$before:$previous" in -mca:plm_rsh_num_concurrent|--mca:plm_rsh_num_concurrent) concurrent="$arg" ;; esac
+  before="$previous" previous="$arg"
+done
+case "$np:$concurrent" in *[!0-9:]*|:*|*:) ;; *)
+  count=0 same=1
+  for entry in $(printf '%s' "$hosts" | tr ',' ' '); do
+    count=$((count + 1))
+    case "$entry" in *:*) slots="${entry##*:}" ;; *) slots=1 ;; esac
+    [ "$slots" = "$np" ] || same=""
+  done
+  if [ "$count" -gt 1 ] && [ "$count" = "$concurrent" ] && [ -n "$same" ]; then
+    np_total=$((np * count))
+    echo "mpirun: -np $np with --host $hosts is the SageMaker SDK MPI() driver passing its processes per host as the global process count (sagemaker-train mpi_utils.get_mpirun_command); running $np_total processes, $np on each of the $count hosts" >&2
+  fi ;;
+esac
+
 previous="" rewrite=""
 for arg do
   shift
   if [ -n "$rewrite" ]; then arg="$(existing_interface "$arg")"; rewrite=""; fi
+  case "$previous" in -np|--np|-n) if [ -n "$np_total" ]; then arg="$np_total"; fi ;; esac
   case "$previous:$arg" in
     -mca:btl_tcp_if_include|-mca:oob_tcp_if_include|--mca:btl_tcp_if_include|--mca:oob_tcp_if_include) rewrite=1 ;;
     -x:NCCL_SOCKET_IFNAME=*) arg="NCCL_SOCKET_IFNAME=$(existing_interface "${arg#*=}")" ;;

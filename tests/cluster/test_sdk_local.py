@@ -128,7 +128,8 @@ def test_sdk_v3_local_container_mode_trains_in_the_image(driver, instance_count,
     own driver, mounted from its package, runs the user's train.py (DDP) in the image. MPI(): the
     SDK's driver runs its own `mpirun -mca btl_tcp_if_include ethwe ...`; no local container has
     ethwe, and the image's mpirun falls back to eth0 with a warning (docker/install-openmpi.sh).
-    The SDK passes `-np` = processes per host, so its MPI job has 2 ranks on two hosts."""
+    The SDK passes `-np` = processes per host; the image's mpirun runs them on every host, with a
+    warning naming the SDK's bug, so its MPI job has 4 ranks on two hosts as asked."""
     source = tmp_path / "src"
     source.mkdir()
     trainer = "pytorch_horovod" if driver == "mpi" else "pytorch_ddp"
@@ -141,9 +142,10 @@ def test_sdk_v3_local_container_mode_trains_in_the_image(driver, instance_count,
     assert "Applied value from config key = SageMaker.PythonSDK.Modules.TelemetryOptOut" in log
     compose = (tmp_path / "work" / "docker-compose.yaml").read_text()
     assert ("entrypoint" in compose) == (driver != "none")       # no command: the image decides
-    world_size = 2 if driver == "mpi" else 2 * instance_count
+    world_size = 2 * instance_count
     if driver == "mpi":
         assert "mpirun: network interface 'ethwe' does not exist in this container; using 'eth0' instead" in log
+        assert "mpirun: -np 2 with --host algo-1:2,algo-2:2 is the SageMaker SDK MPI() driver" in log
     digests = {d for _, size, d in DIGEST.findall(log) if int(size) == world_size}
     assert len(digests) == 1, log[-4000:]                          # every rank ends with the same weights
     model = members(tmp_path / "work" / "compressed_artifacts" / "model.tar.gz")
@@ -159,7 +161,8 @@ def test_sdk_v3_drivers_run_on_a_two_host_cluster_as_on_sagemaker(driver, digits
     (programs/sdk_v3_drivers.py), and a two-host cluster (dtc_local.cluster, interface eth0 as
     resourceconfig says) runs the SDK's sm_train.sh in the image with the code and data channels,
     as a SageMaker job would. The SDK's MPI driver passes `-np` = processes per host (2) with
-    `--host algo-1:2,algo-2:2`, so its job has 2 ranks, both on algo-1; Torchrun runs 2 per host."""
+    `--host algo-1:2,algo-2:2`; the image's mpirun runs 2 on each host as asked (with a warning
+    naming the SDK's bug), as Torchrun does."""
 
     source = tmp_path / "src"
     source.mkdir()
@@ -183,10 +186,12 @@ def test_sdk_v3_drivers_run_on_a_two_host_cluster_as_on_sagemaker(driver, digits
     assert done.returncode == 0 and result["exit_code"] == 0, log[-6000:]
     assert {h: result["hosts"][h]["exit_code"] for h in ("algo-1", "algo-2")} == {"algo-1": 0, "algo-2": 0}
     assert f"Running {'MPI' if driver == 'mpi' else 'Torchrun'} Driver" in log
-    world_size = 2 if driver == "mpi" else 4
+    world_size = 4
+    if driver == "mpi":
+        assert "running 4 processes, 2 on each of the 2 hosts" in log, log[-4000:]
     digests = {int(rank): digest for rank, size, digest in DIGEST.findall(log) if int(size) == world_size}
     assert sorted(digests) == list(range(world_size)) and len(set(digests.values())) == 1, log[-4000:]
     ranks_on = {host: re.findall(rf"rank (\d+)/{world_size} .*\(host {host}\)", log) for host in ("algo-1", "algo-2")}
-    assert len(ranks_on["algo-1"]) == 2 and len(ranks_on["algo-2"]) == (0 if driver == "mpi" else 2), ranks_on
+    assert len(ranks_on["algo-1"]) == len(ranks_on["algo-2"]) == 2, ranks_on
     described = json.loads((tmp_path / "job" / "algo-1" / "model" / "model.json").read_text())
     assert described["world_size"] == world_size and described["val_accuracy"] >= 0.90

@@ -3,11 +3,16 @@ config file (item 6): SM_* agree with our master and host order, PYTHONPATH is p
 error leads the failure, malformed config files are named."""
 
 import json
+import os
+import re
 import shutil
+import socket
+import subprocess
+import sys
 
 import pytest
 
-from helpers import copy_programs, read_json, run_train
+from helpers import BIN, SDK_V3, copy_programs, read_json, run_train
 
 pytestmark = pytest.mark.mpi
 
@@ -252,3 +257,43 @@ def test_a_script_for_awss_pytorch_container_joins_through_master_addr_without_a
     assert result.returncode == 0, result.output[-3000:]
     assert "host algo-1 rank 0 of 1 via 127.0.0.1:" in result.output
     assert read_json(root / "model" / "sum.json") == {"sum": 1.0, "world_size": 1}
+
+
+def sdk_mpirun_command(host_list: list[str], processes_per_host: int) -> list[str]:
+    """The mpirun command line SageMaker SDK v3's MPI() driver runs on the master host, made by the
+    SDK's own function (sagemaker-train, container_drivers/distributed_drivers/mpi_utils.py)."""
+    drivers = SDK_V3.parents[1] / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages" / \
+        "sagemaker" / "train" / "container_drivers"
+    code = (f"import json, sys; sys.path[:0] = [{str(drivers)!r}, {str(drivers / 'distributed_drivers')!r}]\n"
+            "import mpi_utils\n"
+            f"print(json.dumps(mpi_utils.get_mpirun_command(host_count={len(host_list)}, host_list={host_list!r}, "
+            f"num_processes={processes_per_host}, additional_options=[], entry_script_path='ranks.py')))")
+    done = subprocess.run([str(SDK_V3), "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "SM_CURRENT_INSTANCE_TYPE": "ml.c5.xlarge"})
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("sdk_signature", [True, False])
+def test_the_sdk_mpi_drivers_processes_per_host_become_every_hosts_processes(sdk_signature, tmp_path):
+    """SDK v3's MPI(process_count_per_node=2) on two hosts runs `mpirun --host h1:2,h2:2 -np 2 ...`:
+    the image's mpirun (docker/install-openmpi.sh's wrapper, here the host setup's copy) runs 2 on
+    each host, 4 in all, and says why; the same command without the driver's
+    `-mca plm_rsh_num_concurrent 2` keeps its -np. Two names for this machine stand for the hosts."""
+    command = sdk_mpirun_command(["localhost:2", f"{socket.gethostname()}:2"], 2)
+    assert command[:5] == ["mpirun", "--host", f"localhost:2,{socket.gethostname()}:2", "-np", "2"]
+    if not sdk_signature:
+        at = command.index("plm_rsh_num_concurrent")
+        del command[at - 1:at + 2]
+    (tmp_path / "ranks.py").write_text("from mpi4py import MPI\n"
+                                       "print('rank', MPI.COMM_WORLD.Get_rank(), 'of', MPI.COMM_WORLD.Get_size())\n")
+    command[0] = str(BIN / "mpirun")
+    command[command.index("-m") - 1] = sys.executable
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    world_size = 4 if sdk_signature else 2
+    found = re.findall(r"rank (\d+) of (\d+)", done.stdout)
+    ranks = sorted(int(rank) for rank, size in found if int(size) == world_size)
+    assert ranks == list(range(world_size)), done.stdout
+    warned = ("mpirun: -np 2 with --host localhost:2," in done.stderr
+              and "running 4 processes, 2 on each of the 2 hosts" in done.stderr)
+    assert warned == sdk_signature, done.stderr
