@@ -30,10 +30,18 @@ pip_install() { "$PYTHON" -m pip install --disable-pip-version-check --quiet "$@
 
 # The extra index PyTorch's build for $FLAVOR comes from, or nothing when PyPI or pip's find-links
 # have it. TORCH_INDEX_URL: `auto` (the image's default: PyTorch's CPU index for the CPU flavor,
-# PyPI's CUDA 12 torch for the GPU flavor), empty (find-links hold the wheel), or an index URL.
+# unless a directory of PIP_FIND_LINKS holds torch-$TORCH_VERSION+cpu's wheel, as the build's
+# build/wheels does where scripts/build-image.sh found one; PyPI's CUDA 12 torch for the GPU
+# flavor), empty (find-links hold the wheel), or an index URL.
 torch_index_url() {
+  local link
   case "${TORCH_INDEX_URL:-}" in
-    auto) if [ "$FLAVOR" = cpu ]; then echo "https://download.pytorch.org/whl/cpu"; fi ;;
+    auto)
+      [ "$FLAVOR" = cpu ] || return 0
+      for link in ${PIP_FIND_LINKS:-}; do
+        if compgen -G "$link/torch-$TORCH_VERSION+cpu-*.whl" > /dev/null; then return 0; fi
+      done
+      echo "https://download.pytorch.org/whl/cpu" ;;
     *) echo "${TORCH_INDEX_URL:-}" ;;
   esac
 }

@@ -119,7 +119,8 @@ def _wheels(roots: list[Path]) -> dict[tuple[str, str], list[Path]]:
 
 
 def _matching_wheel(dist: metadata.Distribution, name: str, paths: list[Path]) -> Path | None:
-    """The one wheel of ``paths`` whose RECORD equals the installed distribution's, else None."""
+    """The one wheel of ``paths`` whose METADATA equals the installed distribution's and whose RECORD's
+    hashes all match the installed files, else None; exits when two different wheels match."""
     wanted = None
     for path in paths:
         (record, metadata_text), installed = _wheel_record(path), _installed(dist)

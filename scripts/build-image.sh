@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Builds the image from ./Dockerfile: with `docker` where a daemon answers, else with buildah
-# (podman's builder; no daemon needed). Every pin of versions.env goes in as a build argument.
+# (podman's builder; no daemon needed). The pins come from versions.env inside the build (the
+# Dockerfile copies it), so no pin is a build argument: with Docker this is README's plain
+# `docker build --network host --build-arg FLAVOR=... .` plus labels and the CA secret, which
+# BuildKit keeps out of its cache keys, so either command reuses the other's layers
+# (tests/image/test_delivery.py runs README's commands after this script's build).
 #
 # Env: FLAVOR (cpu|gpu, default cpu), IMAGE (tag, default dtc:$FLAVOR), DRY_RUN=1 (print the
 # resolved build and exit), PIP_CA (a CA bundle pip needs behind a TLS-intercepting proxy; passed
@@ -48,10 +52,8 @@ size_budget_gb="${IMAGE_SIZE_BUDGET_GB:-$size_budget_gb}"
 time_budget_s="${IMAGE_BUILD_BUDGET_S:-$time_budget_s}"
 free_needed_gb="${IMAGE_BUILD_FREE_GB:-$free_needed_gb}"
 
-build_args=(--build-arg "FLAVOR=$FLAVOR" --build-arg "INSTALL_EFA=${INSTALL_EFA:-false}")
-while IFS='=' read -r key value; do   # every pin; not the release dates (*_RELEASED), which build nothing
-  [[ "$key" =~ ^[A-Z][A-Z0-9_]*$ && "$key" != *_RELEASED ]] && build_args+=(--build-arg "$key=$value")
-done < versions.env
+build_args=(--build-arg "FLAVOR=$FLAVOR")
+[ -z "${INSTALL_EFA:-}" ] || build_args+=(--build-arg "INSTALL_EFA=$INSTALL_EFA")
 # shellcheck source=../versions.env
 . ./versions.env
 git_sha="${GIT_SHA:-${CODEBUILD_RESOLVED_SOURCE_VERSION:-$(git rev-parse HEAD 2>/dev/null || true)}}"
@@ -63,9 +65,9 @@ build_args+=(--label "org.opencontainers.image.version=$version" --label "org.op
              --label "org.opencontainers.image.source=$source_url" --label "org.opencontainers.image.licenses=Apache-2.0"
              --label "org.opencontainers.image.base.name=$BASE_IMAGE")
 
+# (in build/wheels, where the build's TORCH_INDEX_URL=auto takes it instead of PyTorch's index: docker/lib.sh)
 local_torch="$(find "${PIP_FIND_LINKS:-/opt/wheels}" -maxdepth 1 -name "torch-$TORCH_VERSION+cpu-*.whl" 2>/dev/null | head -n1 || true)"
 [ "$FLAVOR" = cpu ] || local_torch=""
-[ -z "$local_torch" ] || build_args+=(--build-arg "TORCH_INDEX_URL=")
 host_python="${VENV:-$REPO_DIR/.venv}/bin/python"
 horovod_entry=""
 if [ -x "$host_python" ]; then
@@ -164,7 +166,12 @@ echo "$IMAGE ($FLAVOR), process $$, started $(date -u +%Y-%m-%dT%H:%M:%SZ)" > bu
 stage_wheels
 log "building $IMAGE ($FLAVOR) with ${tool[*]:0:2}"
 start=$(date +%s)
-"${cmd[@]}"
+if [ "${tool[0]}" = buildah ]; then
+  # buildah warns of every ARG given no value: the pins, which versions.env gives inside the build
+  "${cmd[@]}" 2> >(grep --line-buffered -v 'level=warning msg="missing \\".*\\" build argument' >&2)
+else
+  "${cmd[@]}"
+fi
 elapsed=$(( $(date +%s) - start ))
 size=$("$engine" image inspect --format '{{.Size}}' "$IMAGE")
 built="$("$engine" image inspect --format '{{.Id}}' "$IMAGE")"

@@ -8,8 +8,8 @@
 #   login       aws ecr get-login-password | <engine> login --username AWS --password-stdin <registry>
 #               (the AWS CLI's `ecr get-login` was removed in v2); then refuses a commit whose
 #               immutable tag (below) the registry already has, before anything is built
-#   build       scripts/build-image.sh for every flavor in FLAVORS, with every pin of versions.env
-#               as a build argument; fails above the flavor's size budget (docs/image.md)
+#   build       scripts/build-image.sh for every flavor in FLAVORS (the pins of versions.env, read
+#               inside the build); fails above the flavor's size budget (docs/image.md)
 #   test        the in-image suite (tests/image/in_image) in every flavor, before anything is pushed
 #   push        for every flavor: an immutable tag, <flavor>-<git sha, 12 hex> (refused when the
 #               registry already has it: a pushed tag is never overwritten), and a descriptive tag

@@ -9,13 +9,16 @@ into an empty image store; with Docker's engine (scripts/docker-daemon.sh, as Co
 Docker: `docker manifest inspect`, `docker login`, `docker push`) its pushed tags are removed and
 it is pulled back by the immutable tag, and must be the image the build made. The release's SBOM
 and lock are artifacts and an image of their own in the registry; a next release (another commit,
-its push step alone) prints what changed in the lock since the previous one.
+its push step alone) prints what changed in the lock since the previous one. With Docker's engine,
+README's plain `docker build` line and its `aws ecr` + `docker push` lines run last, in the same
+registry, and give the same layers and tags.
 """
 
 import base64
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -123,6 +126,16 @@ def registry_tags(repository: str) -> set[str]:
         raise
 
 
+def registry_layers(repository: str, tag: str) -> list[str]:
+    """The layer digests of ``repository:tag``'s manifest in the registry (its own API, as the login's user)."""
+    address, _, name = repository.partition("/")
+    request = urllib.request.Request(f"http://{address}/v2/{name}/manifests/{tag}", headers={
+        "Authorization": "Basic " + base64.b64encode(f"AWS:{ACCOUNT}-auth-token".encode()).decode(),
+        "Accept": "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return [layer["digest"] for layer in json.load(response)["layers"]]
+
+
 def run_buildspec(env: dict, artifacts_dir: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dtc_local.buildspec", str(REPO / "buildspec.yml"),
                            "--artifacts-dir", str(artifacts_dir)],
@@ -157,7 +170,8 @@ def check_buildspec_release(ecr_api: dict, address: str, podman_env: dict, engin
     """buildspec.yml run by dtc_local.buildspec with the engine ``engine`` selects (``{}``: podman;
     ``docker_env()``: Docker's) against the ECR API ``ecr_api`` and the registry at ``address``:
     repository, login, in-image suite, tags, artifacts, the image pulled back and run, a second
-    push of the same commit refused, an image over its size budget not pushed."""
+    push of the same commit refused, an image over its size budget not pushed (podman's run), the
+    next release's lock changes, README's plain Docker commands (Docker's run)."""
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                          check=True).stdout.strip()
     env = {**ecr_api, **podman_env, **engine, "REPOSITORY": "team/dtc", "FLAVORS": "cpu", "PUSH_REGISTRY": address,
@@ -241,11 +255,13 @@ def check_buildspec_release(ecr_api: dict, address: str, podman_env: dict, engin
     assert "Entering phase BUILD" not in again.stderr and "release.sh build" not in again.stderr
     assert not (tmp_path / "again").exists()
 
-    # Over the size budget: the build phase fails and nothing is pushed.
-    over = run_buildspec({**env, "GIT_SHA": "0" * 40, "IMAGE_SIZE_BUDGET_GB": "1"}, tmp_path / "over")
-    assert over.returncode != 0 and "image is over its size budget" in over.stderr
-    assert "release.sh test" not in over.stderr
-    assert registry_tags(repository) == tags
+    # Over the size budget: the build phase fails and nothing is pushed (scripts/build-image.sh's
+    # check, whichever engine built: once, with podman's)
+    if not engine:
+        over = run_buildspec({**env, "GIT_SHA": "0" * 40, "IMAGE_SIZE_BUDGET_GB": "1"}, tmp_path / "over")
+        assert over.returncode != 0 and "image is over its size budget" in over.stderr
+        assert "release.sh test" not in over.stderr
+        assert registry_tags(repository) == tags
 
     # The next release (another commit): its push pulls the previous release's files back and prints
     # what changed in the lock. Here the previous lock had numpy from other bytes at the same version
@@ -280,6 +296,66 @@ def check_buildspec_release(ecr_api: dict, address: str, podman_env: dict, engin
     assert registry_tags(repository) == tags | {"cpu-111111111111", "cpu-111111111111-files"}
     for tag in (f"{immutable}-files", "cpu-files-latest", "cpu-111111111111", "cpu-111111111111-files"):
         subprocess.run([*container, "rmi", f"{repository}:{tag}"], capture_output=True, env=pull_env)
+    if engine:
+        check_readme_docker_commands(ecr_api, address, engine, tmp_path, {immutable, descriptive})
+
+
+def readme_block(first: str) -> str:
+    """README.md's fenced bash block whose first line starts with ``first``."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", (REPO / "README.md").read_text(), re.S | re.M)
+    [block] = [block for block in blocks if block.startswith(first)]
+    return block
+
+
+def check_readme_docker_commands(ecr_api: dict, address: str, engine: dict, tmp_path: Path,
+                                 release_tags: set[str]) -> None:
+    """README's plain Docker commands for the CPU flavor (1. Build the image, 2. Push it to Amazon
+    ECR), after the buildspec's release with Docker's engine, against the same ECR API and registry.
+    The build line, the image named dtc-readme:cpu (the tests' dtc:cpu keeps its labels), reuses
+    every layer of scripts/build-image.sh's Docker build: the same layer digests. The push lines, run
+    as written with FLAVOR=cpu, REGISTRY checked to be moto's account's ECR address and then set to
+    the local registry's, give the repository `dtc` the release's two image tags, on the same image."""
+    work = tmp_path / "readme"
+    (work / "bin").mkdir(parents=True)
+    (work / "bin" / "docker").symlink_to(engine["DOCKER"])
+    (work / "bin" / "aws").symlink_to(BIN / "aws")
+    env = {**os.environ, **ecr_api, **engine, "PATH": f"{work / 'bin'}:{os.environ['PATH']}",
+           "DOCKER_CONFIG": str(work / "docker-config")}
+
+    def layers(image: str) -> list[str]:
+        return json.loads(subprocess.run([engine["DOCKER"], "image", "inspect", "--format", "{{json .RootFS.Layers}}",
+                                          image], capture_output=True, text=True, check=True, env=env).stdout)
+
+    [build] = [line.split("#")[0].strip() for line in readme_block("DOCKER_BUILDKIT=1 docker build").splitlines()
+               if "FLAVOR=cpu" in line]
+    assert build.endswith(" -t dtc:cpu ."), build
+    # build/wheels as the buildspec's build staged it: builds in this checkout take its lock
+    with exclusive("build-image"):
+        (REPO / "build" / "build-image.owner").write_text("tests/image/test_delivery.py: README's build line\n")
+        built = subprocess.run(["bash", "-c", build.replace(" -t dtc:cpu ", " -t dtc-readme:cpu ")], cwd=REPO,
+                               env=env, capture_output=True, text=True, timeout=1200)
+    assert built.returncode == 0, built.stderr[-4000:]
+    try:
+        assert layers("dtc-readme:cpu") == layers(docker_image())
+
+        lines = readme_block("FLAVOR=gpu").splitlines()
+        assert lines[0].startswith("FLAVOR=gpu ") and lines[2].startswith("REGISTRY=")
+        computed = subprocess.run(["bash", "-c", f"REGION=us-east-1; {lines[2]}; echo \"$REGISTRY\""],
+                                  env=env, capture_output=True, text=True, check=True).stdout.strip()
+        assert computed == f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com"
+        script = "\n".join(["set -euo pipefail", "FLAVOR=cpu", *lines[1:2], f"REGISTRY={address}", *lines[3:]])
+        pushed = subprocess.run(["bash", "-c", script.replace('"dtc:$FLAVOR"', '"dtc-readme:$FLAVOR"')], cwd=REPO,
+                                env=env, capture_output=True, text=True, timeout=1200)
+        assert pushed.returncode == 0, pushed.stderr[-4000:]
+        assert registry_tags(f"{address}/dtc") == release_tags
+        [repository] = aws(ecr_api, "ecr", "describe-repositories", "--repository-names", "dtc")["repositories"]
+        assert repository["imageScanningConfiguration"]["scanOnPush"] is True
+        released = registry_layers(f"{address}/team/dtc", sorted(release_tags)[0])
+        assert {tag: registry_layers(f"{address}/dtc", tag) for tag in release_tags} == \
+            {tag: released for tag in release_tags}
+    finally:
+        for image in ("dtc-readme:cpu", *(f"{address}/dtc:{tag}" for tag in release_tags)):
+            subprocess.run([engine["DOCKER"], "rmi", image], capture_output=True, env=env)
 
 
 def test_make_push_needs_a_region_and_takes_aws_region_by_default():
