@@ -3,9 +3,9 @@
 #   docker build --build-arg FLAVOR=gpu -t dtc:gpu .   (CUDA 12: torch's nvidia-*-cu12 wheels, NCCL)
 # Both flavors build on Debian bookworm. The GPU flavor's CUDA libraries are the frameworks' own PyPI
 # wheels (one copy of each, one libnccl.so.2); its CUDA compiler exists in the builder stage only
-# (docker/install-cuda-toolkit.sh). Every pin lives in versions.env; scripts/build-image.sh passes
-# each as a build argument, and a build argument given here overrides the file
-# (docker/resolve-pins.sh writes the pins the image was built with to /opt/dtc/src/versions.env).
+# (docker/install-cuda-toolkit.sh). Every pin lives in versions.env, which the build reads (no pin
+# needs passing; scripts/build-image.sh passes none), and a build argument given here overrides the
+# file (docker/resolve-pins.sh writes the pins the image was built with to /opt/dtc/src/versions.env).
 # Builder stage: builds the environment with the docker/ scripts the host setup runs too (Horovod,
 # mpi4py, the DALI TF plugin and sagemaker-training's extension compiled) and DeepSpeed with its CPU
 # op (the image only), then keeps only its lock and the compiled wheels. Runtime stage: no

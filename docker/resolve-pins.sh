@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rewrites a versions.env in place with the values of those of its variables that are set (and
 # non-empty) in the environment: in an image build, the Dockerfile's build arguments
-# (`docker build --build-arg TORCH_GPU_VERSION=...`, and every pin scripts/build-image.sh passes).
+# (`docker build --build-arg TORCH_GPU_VERSION=...`; scripts/build-image.sh passes none).
 # The image keeps the result as /opt/dtc/src/versions.env: the pins it was built with, which the
 # install scripts and the in-image tests read. A pin given so gets release date `unknown` (its
 # <KEY>_RELEASED line, which follows it, is versions.env's date for versions.env's value).
