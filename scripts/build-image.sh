@@ -166,11 +166,13 @@ echo "$IMAGE ($FLAVOR), process $$, started $(date -u +%Y-%m-%dT%H:%M:%SZ)" > bu
 stage_wheels
 log "building $IMAGE ($FLAVOR) with ${tool[*]:0:2}"
 start=$(date +%s)
+# The lock's descriptor (9) is closed for the build: buildah's RUN steps would inherit it, and a
+# killed build's leftover step would hold the lock with no build running.
 if [ "${tool[0]}" = buildah ]; then
   # buildah warns of every ARG given no value: the pins, which versions.env gives inside the build
-  "${cmd[@]}" 2> >(grep --line-buffered -v 'level=warning msg="missing \\".*\\" build argument' >&2)
+  "${cmd[@]}" 9>&- 2> >(grep --line-buffered -v 'level=warning msg="missing \\".*\\" build argument' >&2 9>&-)
 else
-  "${cmd[@]}"
+  "${cmd[@]}" 9>&-
 fi
 elapsed=$(( $(date +%s) - start ))
 size=$("$engine" image inspect --format '{{.Size}}' "$IMAGE")
