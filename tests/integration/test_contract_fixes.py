@@ -284,8 +284,10 @@ def test_the_sdk_mpi_drivers_processes_per_host_become_every_hosts_processes(sdk
     if not sdk_signature:
         at = command.index("plm_rsh_num_concurrent")
         del command[at - 1:at + 2]
-    (tmp_path / "ranks.py").write_text("from mpi4py import MPI\n"
-                                       "print('rank', MPI.COMM_WORLD.Get_rank(), 'of', MPI.COMM_WORLD.Get_size())\n")
+    # one write per rank: mpirun's --tag-output tags each write, and an unbuffered print() writes
+    # its pieces one by one (seen under PYTHONUNBUFFERED=1: "[1,0]<stdout>:rank[1,0]<stdout>: ...")
+    (tmp_path / "ranks.py").write_text("import os\nfrom mpi4py import MPI\nworld = MPI.COMM_WORLD\n"
+                                       "os.write(1, f'rank {world.Get_rank()} of {world.Get_size()}\\n'.encode())\n")
     command[0] = str(BIN / "mpirun")
     command[command.index("-m") - 1] = sys.executable
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)

@@ -53,8 +53,9 @@ def test_no_base_image_outside_the_local_debian_base():
 def test_dry_run_prints_the_plain_build_with_no_pin_as_a_build_argument(flavor):
     """The pins come from versions.env inside the build; scripts/build-image.sh's only build
     argument is the flavor, so its Docker build and README's plain `docker build` share layers."""
+    env = {k: v for k, v in os.environ.items() if k != "IMAGE"}     # make test sets IMAGE=dtc:cpu
     done = subprocess.run([str(REPO / "scripts" / "build-image.sh")], capture_output=True, text=True,
-                          env={**os.environ, "DRY_RUN": "1", "FLAVOR": flavor}, timeout=60)
+                          env={**env, "DRY_RUN": "1", "FLAVOR": flavor}, timeout=60)
     assert done.returncode == 0, done.stderr
     command = shlex.split(done.stdout)
     build_args = [command[at + 1] for at, word in enumerate(command) if word == "--build-arg"]
