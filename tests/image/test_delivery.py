@@ -112,14 +112,21 @@ def registry(tmp_path: Path):
                 subprocess.run([CONTAINER, "rmi", name], capture_output=True)
 
 
-def registry_tags(repository: str) -> set[str]:
-    """The repository's tags, from the registry's own API (``/v2/<name>/tags/list``, as the login's user)."""
+def registry_get(repository: str, path: str, accept: str | None = None) -> dict:
+    """GET ``/v2/<name>/<path>`` from ``repository``'s registry (its own API, as the login's user), as JSON."""
     address, _, name = repository.partition("/")
-    request = urllib.request.Request(f"http://{address}/v2/{name}/tags/list", headers={
-        "Authorization": "Basic " + base64.b64encode(f"AWS:{ACCOUNT}-auth-token".encode()).decode()})
+    headers = {"Authorization": "Basic " + base64.b64encode(f"AWS:{ACCOUNT}-auth-token".encode()).decode()}
+    if accept:
+        headers["Accept"] = accept
+    request = urllib.request.Request(f"http://{address}/v2/{name}/{path}", headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def registry_tags(repository: str) -> set[str]:
+    """The repository's tags (``/v2/<name>/tags/list``); none when the registry does not know it."""
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return set(json.load(response).get("tags") or [])
+        return set(registry_get(repository, "tags/list").get("tags") or [])
     except urllib.error.HTTPError as error:
         if error.code == 404:
             return set()
@@ -127,13 +134,10 @@ def registry_tags(repository: str) -> set[str]:
 
 
 def registry_layers(repository: str, tag: str) -> list[str]:
-    """The layer digests of ``repository:tag``'s manifest in the registry (its own API, as the login's user)."""
-    address, _, name = repository.partition("/")
-    request = urllib.request.Request(f"http://{address}/v2/{name}/manifests/{tag}", headers={
-        "Authorization": "Basic " + base64.b64encode(f"AWS:{ACCOUNT}-auth-token".encode()).decode(),
-        "Accept": "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return [layer["digest"] for layer in json.load(response)["layers"]]
+    """The layer digests of ``repository:tag``'s manifest in the registry."""
+    accept = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+    manifest = registry_get(repository, f"manifests/{tag}", accept=accept)
+    return [layer["digest"] for layer in manifest["layers"]]
 
 
 def run_buildspec(env: dict, artifacts_dir: Path) -> subprocess.CompletedProcess:

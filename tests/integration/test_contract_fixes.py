@@ -262,9 +262,9 @@ def test_a_script_for_awss_pytorch_container_joins_through_master_addr_without_a
 def sdk_mpirun_command(host_list: list[str], processes_per_host: int) -> list[str]:
     """The mpirun command line SageMaker SDK v3's MPI() driver runs on the master host, made by the
     SDK's own function (sagemaker-train, container_drivers/distributed_drivers/mpi_utils.py)."""
-    drivers = SDK_V3.parents[1] / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages" / \
-        "sagemaker" / "train" / "container_drivers"
-    code = (f"import json, sys; sys.path[:0] = [{str(drivers)!r}, {str(drivers / 'distributed_drivers')!r}]\n"
+    code = ("import importlib.util, json, sys\n"
+            "drivers = importlib.util.find_spec('sagemaker.train.container_drivers').submodule_search_locations[0]\n"
+            "sys.path[:0] = [drivers, drivers + '/distributed_drivers']\n"
             "import mpi_utils\n"
             f"print(json.dumps(mpi_utils.get_mpirun_command(host_count={len(host_list)}, host_list={host_list!r}, "
             f"num_processes={processes_per_host}, additional_options=[], entry_script_path='ranks.py')))")
