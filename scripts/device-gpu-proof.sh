@@ -8,7 +8,7 @@
 #   prepare              (here, with network) downloads the horovod sdist and applies our patches
 #                        (docker/patches/*.patch and docker/patches/gpu/*.patch, as docker/build-horovod.sh
 #                        does), downloads the DALI wheel of versions.env, writes the digits and photos job
-#                        trees (dtc_local.job_tree), and splits it all into parts of at most 56 MB:
+#                        trees (dtc_local.job_tree), and splits it all into parts of at most 60 MiB:
 #                        .gpuproof-1/, .gpuproof-2/, ... (git ignores them; carry one per device call).
 #   stage                (there, once per part) moves the carried parts to $WORK.
 #   build                (there) starts the Horovod builds in the background (setsid): PyTorch with NCCL
@@ -18,7 +18,9 @@
 #   run                  (there) waits for the builds, installs Horovod and DALI into $WORK/site, and runs
 #                        0. PROOF_STEPS: the preflight's modules with each Horovod build
 #                           (bench/gpu/preflight_proof.py) and a stalled NCCL collective's Flight Recorder
-#                           dump (tests/gpu/in_image/test_flight_recorder.py);
+#                           dump (tests/gpu/in_image/test_flight_recorder.py); with gpu-check in PROOF_STEPS, the
+#                           image's gpu-check command (dtc_entrypoint.preflight.gpu_check: the full probe and its
+#                           ResNet-50 throughput check), its report and preflight.json in $OUT;
 #                        1. Horovod's build flags and an allreduce on the GPU (exact values);
 #                        2. the built-in PyTorch trainers on the GPU: one process with no distribution,
 #                           Horovod (one rank, as Horovod runs without a launcher) and DDP (torchrun, one
@@ -35,8 +37,9 @@
 # Env: WORK (default /tmp/gpuproof), PYTHON (default python3), CUDA_ARCH (default: the GPU's, e.g. 90),
 # QUICK=1 (run: one epoch per job, the suite's --quick; to rehearse `run` on a CPU machine);
 # PROOF_STEPS (run: preflight,flight-recorder by default: bench/gpu/preflight_proof.py with each Horovod build,
-# PREFLIGHT_TIMEOUT_S; tests/gpu/in_image/test_flight_recorder.py, FR_TIMEOUT_S), HOROVOD_ARCHS (build: one
-# Horovod build per entry, e.g. "90 80": the GPU's and one without it; default the GPU's);
+# PREFLIGHT_TIMEOUT_S; tests/gpu/in_image/test_flight_recorder.py, FR_TIMEOUT_S; gpu-check: GPU_CHECK_TIMEOUT_S,
+# IMAGE_CUDA, default 12.8), HOROVOD_ARCHS (build: one Horovod build per entry, e.g. "90 80": the GPU's and one
+# without it, or "75,80,86,89,90": one build for that list; default the GPU's);
 # SUITE_PARTS (run: default B1,B2,B3,B5; 0: no suite), SUITE_TIMEOUT_S (run: the suite's limit, default 480), B5_TRAINERS (run: default single,horovod,ddp), TRAINER_JOBS (run: whose
 # trainer jobs run, default single,horovod,ddp; 0: none, the suite only); HOROVOD=0 (build and run: no
 # Horovod build, check or trainer: the defaults of TRAINER_JOBS and B5_TRAINERS drop horovod, and
@@ -48,8 +51,8 @@ set -uo pipefail
 REPO_DIR="$(cd "$(dirname "$0")/.." && pwd)"
 WORK="${WORK:-/tmp/gpuproof}"
 PYTHON="${PYTHON:-python3}"
-PART_MB=56     # per device call: 64 MiB with the working tree
-CHUNK_MB=50
+PART_MB=60     # per device call: 64 MiB with the working tree (2.5 MiB in 2026-11)
+CHUNK_MB=59    # DALI's 204 MiB in 4 calls: the base, its requirements and the last chunk go first
 
 log() { echo "[gpu-proof] $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -154,6 +157,9 @@ build() {
   # the trainers and the suite use; a build without the GPU's arch is the preflight's refusal case)
   local archs jobs
   read -r -a archs <<< "${HOROVOD_ARCHS:-${CUDA_ARCH:-$gpu_arch}}"
+  # a list's commas become dashes in the paths: the linker splits -Wl,-rpath,... at commas (seen: a build in
+  # src-75,80,86,89,90 failed to link); Horovod gets the list with commas
+  archs=("${archs[@]//,/-}")
   jobs=$(( $(nproc) / ${#archs[@]} ))
   echo "${archs[*]}" > "$WORK/build.archs"
   for arch in "${archs[@]}"; do
@@ -164,7 +170,7 @@ build() {
       HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_GLOO=1 \
       HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_LINK=SHARED HOROVOD_NCCL_HOME="$WORK/nccl" \
       HOROVOD_CUDA_HOME="$cuda_home" CUDA_HOME="$cuda_home" CUDACXX="$cuda_home/bin/nvcc" PATH="$cuda_home/bin:$PATH" \
-      HOROVOD_BUILD_CUDA_CC_LIST="$arch" \
+      HOROVOD_BUILD_CUDA_CC_LIST="${arch//-/,}" \
       CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$jobs" \
       LDFLAGS='-Wl,-rpath,$ORIGIN/../../torch/lib:$ORIGIN/../../nvidia/nccl/lib' \
       bash -c "start=\$(date +%s); '$PYTHON' -m pip wheel -v --no-deps --no-build-isolation -w '$WORK/dist-$arch' \
@@ -222,6 +228,20 @@ run() {
     timeout "${PREFLIGHT_TIMEOUT_S:-600}" "$PYTHON" "$REPO_DIR/bench/gpu/preflight_proof.py" "${builds[@]}" \
       --out "$results" > "$logs/preflight-proof.log" 2>&1
     echo "{\"step\": \"preflight-proof\", \"rc\": $?}" >> "$results"
+  fi
+  if [[ ",${PROOF_STEPS:-preflight,flight-recorder}," == *,gpu-check,* ]]; then
+    # the image's gpu-check command itself (its console script's module), outside the image: the image's CUDA
+    # version stated as the image states it (the driver check compares against it); its full probe with every
+    # component this machine has (no TensorFlow) and its ResNet-50 bf16 throughput check through the trainer
+    log "gpu-check (the image's command, outside the image)"
+    mkdir -p "$WORK/gpu-check"
+    FLAVOR="none (outside the image, lent machine's torch)" DTC_CUDA_VERSION="${IMAGE_CUDA:-12.8}" \
+      DTC_TORCH_VERSION="$("$PYTHON" -c 'import torch; print(torch.__version__)')" \
+      timeout "${GPU_CHECK_TIMEOUT_S:-300}" "$PYTHON" -m dtc_entrypoint.preflight.gpu_check --out "$WORK/gpu-check" \
+      > "$logs/gpu-check.log" 2>&1
+    echo "{\"step\": \"gpu-check\", \"rc\": $?}" >> "$results"
+    cp "$WORK"/gpu-check/gpu-check-*.md "$out/" 2>/dev/null
+    cp "$WORK/gpu-check/preflight.json" "$out/gpu-check-preflight.json" 2>/dev/null
   fi
   if [[ ",${PROOF_STEPS:-preflight,flight-recorder}," == *,flight-recorder,* ]]; then
     log "Flight Recorder dump of a stalled NCCL collective"

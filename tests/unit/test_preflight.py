@@ -126,6 +126,7 @@ def test_allreduce_bus_bandwidth_is_nccl_tests_formula():
 def test_one_gpu_has_no_bus_traffic():
     finding, figures = checks.allreduce_finding("host", 1, True, 64, 0.001)
     assert figures["busbw_gbps"] == 0 and "one rank: no bus traffic" in finding.message
+    assert "algbw" not in finding.message   # a single GPU's "all-reduce" moves nothing: no figure to read
 
 
 def test_a_gpu_that_fails_is_named_by_index_and_pci_bus_id():
