@@ -10,7 +10,7 @@ import pytest
 from dtc_entrypoint import config as job_config
 from dtc_entrypoint.errors import ConfigError
 from dtc_entrypoint.launch import LaunchPlan
-from dtc_entrypoint.preflight import checks, fatbin, run
+from dtc_entrypoint.preflight import checks, fatbin, gpu_check, run
 from dtc_entrypoint.preflight.fatbin import Target
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "fatbin"
@@ -239,3 +239,18 @@ def test_the_off_mode_runs_nothing(tmp_path):
     config, plan = _job(tmp_path, )
     config = job_config.JobConfig(**{**config.__dict__, "preflight": "off"})
     assert run.run(config, plan, {"DTC_PREFLIGHT_FACTS": "not even json"}) is None
+
+
+def test_gpu_checks_report_says_whether_it_ran_in_the_image(monkeypatch):
+    """The image's ENV names its flavor, torch and CUDA; outside it (the preflight's modules run on a
+    GPU machine from a clone) the report says so and which CUDA it took as the image's."""
+    record = {"date": "2026-11-29T19:04:59Z", "verdict": "pass", "seconds": 12.9, "summaries": {}}
+    gpus = ["GPU 0: NVIDIA H200 (UUID: GPU-0)"]
+    monkeypatch.setenv("FLAVOR", "gpu")
+    monkeypatch.setenv("DTC_TORCH_VERSION", "2.10.0")
+    monkeypatch.setenv("DTC_CUDA_VERSION", "12.8")
+    assert "- image: gpu flavor, torch 2.10.0, CUDA 12.8\n" in gpu_check.report(gpus, record, None)
+    monkeypatch.delenv("FLAVOR")
+    text = gpu_check.report(gpus, record, None)
+    assert "- image: none (outside the image; the image's CUDA taken as 12.8)\n" in text
+    assert text.startswith("# gpu-check, 2026-11-29T19:04:59Z\n") and "**pass** in 12.9 s" in text

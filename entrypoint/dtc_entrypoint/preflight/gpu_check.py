@@ -83,9 +83,13 @@ def throughput(workdir: str, epochs: int, batch_size: int, model: str = "resnet5
 
 def report(gpus: list[str], record: dict, speed: dict | None) -> str:
     """The dated Markdown report."""
+    if "FLAVOR" in os.environ:   # the image's ENV (Dockerfile)
+        image = (f"{os.environ['FLAVOR']} flavor, torch {os.environ.get('DTC_TORCH_VERSION', '?')}, "
+                 f"CUDA {os.environ.get('DTC_CUDA_VERSION', '?')}")
+    else:
+        image = f"none (outside the image; the image's CUDA taken as {os.environ.get('DTC_CUDA_VERSION', 'none')})"
     lines = [f"# gpu-check, {record.get('date') or time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}", "",
-             f"- image: {os.environ.get('FLAVOR', '?')} flavor, torch {os.environ.get('DTC_TORCH_VERSION', '?')}, "
-             f"CUDA {os.environ.get('DTC_CUDA_VERSION', '?')}", "- GPUs:", *[f"  - {g}" for g in gpus],
+             f"- image: {image}", "- GPUs:", *[f"  - {g}" for g in gpus],
              f"- preflight (full): **{record.get('verdict')}** in {record.get('seconds', 0):.1f} s", ""]
     summary = next(iter(record.get("summaries", {}).values()), {})
     lines += ["| check | status | finding |", "|---|---|---|"]
