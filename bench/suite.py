@@ -4,7 +4,8 @@ built-in trainer against a bare loop.
 
 Noise control: every rank pins itself to one core and one thread; A and B variants are interleaved
 within each repeat (repeat 1 runs every variant, then repeat 2...), so a slow minute hits all of
-them alike. The suite first waits (up to 3 minutes) for the machine to be idle, and the run is
+them alike. The suite first waits (up to 3 minutes; ``--quick``, whose numbers mean nothing, not at
+all: it measures once) for the machine to be idle, and the run is
 flagged when it was not: more than 10 % of the CPUs busy over 2 s (/proc/stat), or a 1-minute load
 average above 0.5. The load average is also recorded before and after each benchmark (the
 benchmarks' own ranks raise it, by design). Every repeat's raw record goes to
@@ -144,7 +145,7 @@ def main(argv=None) -> None:
     records = str(out / "records.jsonl")
     repeats = 1 if args.quick else args.repeats
     wanted = args.only.split(",")
-    busy_at_start = common.wait_for_idle(30 if args.quick else 180)
+    busy_at_start = common.wait_for_idle(0 if args.quick else 180)
     load_at_start = common.load_average()
     meta = {"machine": common.machine(), "versions": versions(), "quick": args.quick, "repeats": repeats,
             "pinning": "each rank pinned to one core (sched_setaffinity by local rank), 1 intra-op thread",
