@@ -4,12 +4,12 @@ built-in trainer against a bare loop.
 
 Noise control: every rank pins itself to one core and one thread; A and B variants are interleaved
 within each repeat (repeat 1 runs every variant, then repeat 2...), so a slow minute hits all of
-them alike. The suite first waits (up to 3 minutes; ``--quick``, whose numbers mean nothing, not at
-all: it measures once) for the machine to be idle, and the run is
+them alike. The suite first waits (up to 3 minutes) for the machine to be idle, and the run is
 flagged when it was not: more than 10 % of the CPUs busy over 2 s (/proc/stat), or a 1-minute load
-average above 0.5. The load average is also recorded before and after each benchmark (the
-benchmarks' own ranks raise it, by design). Every repeat's raw record goes to
-``<out>/records.jsonl``; ``<out>/meta.json`` holds the machine, versions, pinning and loads.
+average above 0.5; ``--quick``, a check of the harness, does not wait: it measures once. The load
+average is also recorded before and after each benchmark (the benchmarks' own ranks raise it, by
+design). Every repeat's raw record goes to ``<out>/records.jsonl``; ``<out>/meta.json`` holds the
+machine, versions, pinning and loads.
 
 Usage: ``python /bench/suite.py --out /out [--quick] [--only A1,A4]``; ``--quick`` runs A8's
 digits case alone, over 2 epochs.
