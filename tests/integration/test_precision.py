@@ -85,15 +85,16 @@ def test_ddp_trains_in_bf16(digits_channels, tmp_path):
 
 
 def test_horovod_trains_in_fp16_with_loss_scaling_kept_in_the_checkpoint(digits_channels, tmp_path):
-    """2 MPI ranks in fp16 (emulated on this CPU: 111 s for the main job's 12 epochs in a CI run,
-    2026-11-29), 7 epochs: 0.9500 at epoch 7 (0.9278 at 5; 2026-11-29)."""
-    root = mpi_digits_job(tmp_path, digits_channels, "pytorch", epochs=7, precision="fp16")
+    """2 MPI ranks in fp16, 5 epochs: 0.9278 at epoch 5 on 2026-11-29's machine and on
+    2026-12-01's (7 epochs, 0.9444, took 121 s on an idle machine that day and 347 s beside a
+    new machine's image builds; 5 took 91 s idle)."""
+    root = mpi_digits_job(tmp_path, digits_channels, "pytorch", epochs=5, precision="fp16")
     result = run_train(root)
     assert result.returncode == 0, result.output[-4000:]
     assert ("precision fp16: forward pass and loss under torch.autocast(cpu, torch.float16), loss scaling "
             "(GradScaler)") in result.output
     accuracy = [float(acc) for _, _, acc, _ in METRIC.findall(result.stdout)]
-    assert len(accuracy) == 7 and accuracy[-1] >= 0.90, accuracy
+    assert len(accuracy) == 5 and accuracy[-1] >= 0.90, accuracy
     assert torch_load(root / "checkpoints" / "checkpoint.pt")["grad_scaler"]["scale"] >= 1.0
 
 
