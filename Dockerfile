@@ -127,20 +127,29 @@ RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip \
 # sagemaker-training and DALI plugin wheels (build/wheels/built/; docker/lib.sh, built_wheel):
 # scripts/build-image.sh puts them there; a clone has it empty but for .gitkeep. docker/lib.sh gives the
 # step the pins and the build secret's CA (PIP_CERT), which the lock's downloads of the index's wheels
-# need too (their hashes: docker/lock-environment.py). Only that directory is mounted: BuildKit keys a step on the
-# checksums of the files it mounts, so a change elsewhere in the context does not re-run this step.
+# need too (their hashes: docker/lock-environment.py). The step's output carries the key of its inputs
+# (docker/builder-key.sh); an earlier build's output with the same key, in build/builder/, is taken
+# instead of building it again (scripts/build-image.sh hands buildah's builder output to Docker's
+# build; a clone has build/builder/ empty). Only those two directories are mounted: BuildKit keys a
+# step on the checksums of the files it mounts, so a change elsewhere in the context does not re-run it.
 RUN --mount=type=secret,id=pip_ca --mount=type=cache,target=/root/.cache/pip --mount=type=cache,target=/root/.cache/dtc \
-    --mount=type=bind,source=build/wheels,target=/wheels \
-    export PIP_FIND_LINKS=/wheels DTC_WHEEL_SEED=/wheels/built \
- && . ./docker/lib.sh && "python${PYTHON_VERSION}" -m venv "${VENV}" \
- && ./docker/install-python-packages.sh && ./docker/install-mpi4py.sh \
- && HOROVOD_WHEEL_SEED=/wheels/horovod ./docker/build-horovod.sh \
- && ./docker/install-dali.sh && ./docker/install-deepspeed.sh && "${PYTHON}" -m pip check \
- && torch_index="$(torch_index_url)" \
- && "${PYTHON}" docker/lock-environment.py /opt/dtc/wheels --extra-index-url "${torch_index}" \
-      --search /root/.cache/pip/wheels --search /root/.cache/dtc/horovod-wheels --search /root/.cache/dtc/deepspeed-wheels \
-      --search /root/.cache/dtc/torchvision-wheels --search /root/.cache/dtc/built-wheels --search /wheels \
- && rm -rf "${VENV}"
+    --mount=type=bind,source=build/wheels,target=/wheels --mount=type=bind,source=build/builder,target=/builder \
+    key="$(./docker/builder-key.sh /wheels)" \
+ && if [ "$(cat /builder/builder-key 2>/dev/null)" = "${key}" ]; then \
+      echo "the builder's lock and wheels from build/builder/: an earlier build of the same inputs (key ${key})" \
+      && mkdir -p /opt/dtc/wheels && cp -a /builder/. /opt/dtc/wheels/ && rm -f /opt/dtc/wheels/.gitkeep; \
+    else \
+      export PIP_FIND_LINKS=/wheels DTC_WHEEL_SEED=/wheels/built \
+      && . ./docker/lib.sh && "python${PYTHON_VERSION}" -m venv "${VENV}" \
+      && ./docker/install-python-packages.sh && ./docker/install-mpi4py.sh \
+      && HOROVOD_WHEEL_SEED=/wheels/horovod ./docker/build-horovod.sh \
+      && ./docker/install-dali.sh && ./docker/install-deepspeed.sh && "${PYTHON}" -m pip check \
+      && torch_index="$(torch_index_url)" \
+      && "${PYTHON}" docker/lock-environment.py /opt/dtc/wheels --extra-index-url "${torch_index}" \
+           --search /root/.cache/pip/wheels --search /root/.cache/dtc/horovod-wheels --search /root/.cache/dtc/deepspeed-wheels \
+           --search /root/.cache/dtc/torchvision-wheels --search /root/.cache/dtc/built-wheels --search /wheels \
+      && rm -rf "${VENV}" && echo "${key}" > /opt/dtc/wheels/builder-key; \
+    fi
 
 # ------------------------------------------------------------------------------------ runtime
 # hadolint ignore=DL3006

@@ -130,4 +130,4 @@ gpu-check:
 	GPU_IMAGE=$(GPU_IMAGE) scripts/gpu-check.sh
 
 clean:
-	rm -rf build .pytest_cache && mkdir -p build/wheels && : > build/wheels/.gitkeep   # .gitkeep is tracked (Dockerfile)
+	rm -rf build .pytest_cache && mkdir -p build/wheels build/builder && : > build/wheels/.gitkeep && : > build/builder/.gitkeep   # tracked (Dockerfile)

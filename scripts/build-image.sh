@@ -16,7 +16,8 @@
 # TMPDIR=/dev/shm and the memory for the largest layer, the disk peak is that layer smaller),
 # INSTALL_EFA (gpu), BUILD_REPORT (a JSON file to write the build's flavor, time, size and budgets to),
 # DOCKER (the Docker CLI, default `docker`; it must build with BuildKit: Debian's docker.io 20.10,
-# or a newer one with the buildx plugin) and DOCKER_HOST (which daemon).
+# or a newer one with the buildx plugin), DOCKER_HOST (which daemon), DTC_BUILDER_CACHE (where buildah's
+# builder output is kept for the next build, default ~/.cache/dtc/builder-output; below).
 # Writes, beside the image, build/image-files/<IMAGE, ':' and '/' as '_'>/sbom.cdx.json and
 # requirements.lock: the image's SBOM (docker/sbom.py) and the lock its environment was installed from.
 #
@@ -93,6 +94,12 @@ stage_wheels() {
       || cp "$horovod_entry"/horovod-*.whl "build/wheels/horovod/$(basename "$horovod_entry")/"
     log "Horovod from the host setup's wheel $(basename "$horovod_entry") (same inputs, not compiled again)"
   fi
+  rm -rf build/builder && mkdir -p build/builder && : > build/builder/.gitkeep
+  if [ -s "$builder_cache/$FLAVOR/builder-key" ]; then
+    cp -l "$builder_cache/$FLAVOR"/* build/builder/ 2>/dev/null || cp "$builder_cache/$FLAVOR"/* build/builder/
+    log "the builder output of buildah's last $FLAVOR build (key $(cat build/builder/builder-key)) in build/builder/:" \
+        "the builder stage takes it where its inputs give the same key"
+  fi
   [ -n "${built_entries:-}" ] || return 0
   local cache entry
   cache="$(head -n1 <<< "$built_entries")"
@@ -103,6 +110,30 @@ stage_wheels() {
       log "${entry%-*-*} from the host setup's wheel $entry (same inputs, not compiled again)"
     fi
   done < <(tail -n +2 <<< "$built_entries")
+}
+
+# buildah's builder output (the lock, the constraint file, the wheels it compiled, the key of its
+# inputs: docker/builder-key.sh), kept after each buildah build and handed to the next build in
+# build/builder/: Docker's build of the same inputs takes it instead of resolving, compiling and
+# locking the same environment again (606 s on a new machine, docs/development.md).
+builder_cache="${DTC_BUILDER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dtc/builder-output}"
+export_builder_output() {
+  local iid ctr tmp
+  iid="$(mktemp)"
+  "${tool[@]}" "${build_args[@]}" "${secret_args[@]}" --target builder --iidfile "$iid" -f Dockerfile . \
+    > /dev/null 2>&1 9>&- || { log "warning: the builder stage was not found in the layer cache; nothing handed over"; return 0; }
+  mkdir -p "$builder_cache"
+  tmp="$(mktemp -d "$builder_cache/.tmp.XXXXXX")" && chmod 755 "$tmp"
+  ctr="$(podman create --pull=never "$(cat "$iid")" true)"
+  podman cp "$ctr:/opt/dtc/wheels/." "$tmp/" || true
+  podman rm "$ctr" > /dev/null
+  rm -f "$iid"
+  if [ -s "$tmp/builder-key" ]; then
+    rm -rf "${builder_cache:?}/$FLAVOR" && mv "$tmp" "$builder_cache/$FLAVOR"
+    log "builder output (key $(cat "$builder_cache/$FLAVOR/builder-key")) kept in $builder_cache/$FLAVOR for the next build"
+  else
+    rm -rf "$tmp"; log "warning: the builder stage's output has no builder-key; nothing handed over"
+  fi
 }
 
 secret_args=()
@@ -171,6 +202,7 @@ start=$(date +%s)
 if [ "${tool[0]}" = buildah ]; then
   # buildah warns of every ARG given no value: the pins, which versions.env gives inside the build
   "${cmd[@]}" 9>&- 2> >(grep --line-buffered -v 'level=warning msg="missing \\".*\\" build argument' >&2 9>&-)
+  export_builder_output
 else
   "${cmd[@]}" 9>&-
 fi

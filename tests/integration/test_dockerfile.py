@@ -78,3 +78,35 @@ def test_a_build_argument_overrides_its_pin_in_the_images_versions_env(tmp_path)
     assert {k: v for k, v in resolved.items() if k not in changed} == \
         {k: v for k, v in committed.items() if k not in changed}
     assert "TORCH_GPU_VERSION=2.13.0+cu129 (build argument" in done.stderr
+
+
+def test_the_builder_key_follows_every_input_of_the_builder_stage(tmp_path):
+    """docker/builder-key.sh, run as the builder stage runs it (in a copy of /opt/dtc/src: versions.env
+    and docker/, the context's build/wheels mounted): the same inputs give the same key; a change
+    to the flavor, the torch index, a pin, a docker/ script, or a handed-over wheel gives another,
+    so a build never takes an earlier builder output that other inputs made (Dockerfile, builder)."""
+    src, wheels = tmp_path / "src", tmp_path / "wheels"
+    shutil.copytree(REPO / "docker", src / "docker", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "versions.env", src)
+    (wheels / "horovod" / "entry").mkdir(parents=True)
+    (wheels / ".gitkeep").write_text("")
+    wheel = wheels / "horovod" / "entry" / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"one build")
+
+    def key(**env: str) -> str:
+        done = subprocess.run([str(src / "docker" / "builder-key.sh"), str(wheels)], capture_output=True, text=True,
+                              env={**os.environ, "FLAVOR": "cpu", "TORCH_INDEX_URL": "auto", **env}, check=True)
+        return done.stdout.strip()
+
+    first = key()
+    assert re.fullmatch(r"[0-9a-f]{16}", first) and key() == first
+    assert key(FLAVOR="gpu") != first and key(TORCH_INDEX_URL="https://download.pytorch.org/whl/cpu") != first
+    wheel.write_bytes(b"another build")
+    assert key() != first
+    wheel.write_bytes(b"one build")
+    (src / "docker" / "install-dali.sh").write_text((REPO / "docker" / "install-dali.sh").read_text() + "# changed\n")
+    assert key() != first
+    shutil.copy(REPO / "docker" / "install-dali.sh", src / "docker")
+    assert key() == first
+    (src / "versions.env").write_text((REPO / "versions.env").read_text() + "NUMPY_VERSION=0.0.1\n")
+    assert key() != first
