@@ -298,7 +298,9 @@ def check_buildspec_release(ecr_api: dict, address: str, podman_env: dict, engin
         f"{change}\n1 of {len(requirements)} distributions changed\n")
     assert "changes since the previous release (previous):" in following.stderr and change in following.stderr
     assert registry_tags(repository) == tags | {"cpu-111111111111", "cpu-111111111111-files"}
-    for tag in (f"{immutable}-files", "cpu-files-latest", "cpu-111111111111", "cpu-111111111111-files"):
+    # (the descriptive tag again: the next release's push tagged it anew, and left here it would keep
+    # this image's 5 GB of layers in the engine's store after the next build)
+    for tag in (f"{immutable}-files", "cpu-files-latest", "cpu-111111111111", "cpu-111111111111-files", descriptive):
         subprocess.run([*container, "rmi", f"{repository}:{tag}"], capture_output=True, env=pull_env)
     if engine:
         check_readme_docker_commands(ecr_api, address, engine, tmp_path, {immutable, descriptive})
