@@ -35,25 +35,33 @@ IMAGE="${IMAGE:-dtc:cpu}" GPU_IMAGE="${GPU_IMAGE:-dtc:gpu}"
 PHASES=" ${TEST_PHASES:-setup image docker-image gpu-image lint unit integration cluster gpu} "
 INTEGRATION_WORKERS="${INTEGRATION_WORKERS:-2}" CLUSTER_WORKERS="${CLUSTER_WORKERS:-3}"
 read -r -a pytest_args <<< "${PYTEST_ARGS:-}"
-state="$(mktemp -d)"            # rows (phase seconds exit), the GPU image's name once built
+state="$(mktemp -d)"            # rows (phase seconds exit free-GB), the GPU image's name once built
 trap 'rm -rf "$state"' EXIT
 mkdir -p build
 rm -f build/junit-*.xml
 
 wants() { [[ "$PHASES" == *" $1 "* ]]; }
+free_gb() { df -P -BG "$REPO_DIR" | awk 'NR == 2 {print $4 + 0}'; }   # where the images and tests' files live
+free_at_start_gb="$(free_gb)"
 
 pytest_tier() {   # pytest_tier NAME WORKERS PATH...: one tier, its slowest tests listed, its JUnit XML kept
   local name="$1" workers="$2"; shift 2
   local parallel=()
   [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadgroup)
-  local docker_file=""
+  local docker_file="" rebuilds=()
   if wants docker-image; then docker_file="$state/docker-image"; fi
+  # The builds of the cluster and GPU tiers (the buildspec's, make's image prerequisite) rebuild
+  # what this run's image phases built, from the same checkout: every step comes from the layer
+  # cache and they write next to nothing, so build-image.sh's refusal below 30 GB free, which is
+  # for a build the cache does not hold, is not theirs. CI's run of 02ed35b (2026-12-02) had its
+  # buildspec test's third build refused so (exit 3), the first two having passed the same check.
+  case "$name" in cluster|gpu) wants image && rebuilds=("IMAGE_BUILD_FREE_GB=${IMAGE_BUILD_FREE_GB:-1}") ;; esac
   DTC_IMAGE="$IMAGE" DTC_GPU_IMAGE="$(cat "$state/gpu-image" 2>/dev/null)" \
-    DTC_DOCKER_IMAGE="" DTC_DOCKER_IMAGE_FILE="$docker_file" \
+    DTC_DOCKER_IMAGE="" DTC_DOCKER_IMAGE_FILE="$docker_file" env "${rebuilds[@]}" \
     "$PYTHON" -m pytest "$@" "${parallel[@]}" --durations=15 --junitxml="build/junit-$name.xml" "${pytest_args[@]}"
 }
 
-phase() {   # phase NAME: runs it, appends "NAME SECONDS EXIT" to the rows; returns its exit code
+phase() {   # phase NAME: runs it, appends "NAME SECONDS EXIT FREE_GB" to the rows; returns its exit code
   local name="$1" start code
   start=$(date +%s)
   printf '\n===== phase %s =====\n' "$name"
@@ -83,7 +91,7 @@ phase() {   # phase NAME: runs it, appends "NAME SECONDS EXIT" to the rows; retu
     *) echo "unknown phase '$name' in TEST_PHASES" >&2; false ;;
   esac
   code=$?
-  echo "$name $(( $(date +%s) - start )) $code" >> "$state/rows"
+  echo "$name $(( $(date +%s) - start )) $code $(free_gb)" >> "$state/rows"
   return "$code"
 }
 
@@ -142,11 +150,11 @@ fi
 first_failure=0
 printf '\n===== time per phase (%s; image, gpu-image and docker-image ran in the background: beside lint, unit and integration, and docker-image beside the cluster tier too) =====\n' \
   "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-printf '%-12s %8s %8s  %s\n' phase seconds minutes exit
+printf '%-12s %8s %8s  %-4s  %s\n' phase seconds minutes exit "GB free after (${free_at_start_gb} at the start)"
 json="["
-while read -r name seconds code; do
-  printf '%-12s %8d %8.1f  %s\n' "$name" "$seconds" "$(awk -v s="$seconds" 'BEGIN { print s / 60 }')" "$code"
-  json+="{\"phase\": \"$name\", \"seconds\": $seconds, \"exit_code\": $code},"
+while read -r name seconds code free; do
+  printf '%-12s %8d %8.1f  %-4s  %s\n' "$name" "$seconds" "$(awk -v s="$seconds" 'BEGIN { print s / 60 }')" "$code" "$free"
+  json+="{\"phase\": \"$name\", \"seconds\": $seconds, \"exit_code\": $code, \"free_gb_after\": $free},"
   if [ "$code" != 0 ] && [ "$first_failure" = 0 ]; then first_failure=$code; fi
 done < <(cat "$state/rows" 2>/dev/null)
 printf '%-12s %8d %8.1f\n' "wall clock" "$SECONDS" "$(awk -v s="$SECONDS" 'BEGIN { print s / 60 }')"

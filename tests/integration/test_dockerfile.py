@@ -110,3 +110,20 @@ def test_the_builder_key_follows_every_input_of_the_builder_stage(tmp_path):
     assert key() == first
     (src / "versions.env").write_text((REPO / "versions.env").read_text() + "NUMPY_VERSION=0.0.1\n")
     assert key() != first
+
+
+def test_a_build_with_less_free_disk_than_it_needs_is_refused_in_seconds_naming_the_directory():
+    """scripts/build-image.sh's check before anything is built (docs/image.md, Disk): below the free
+    disk it needs where the images live (IMAGE_BUILD_FREE_GB here: more than any disk has), exit 3
+    within seconds, the first line naming the flavor, the need, the directory and what it has, then
+    what frees space and the override; no build started."""
+    env = {k: v for k, v in os.environ.items() if k not in ("IMAGE", "DOCKER_HOST")}
+    env.update(FLAVOR="cpu", IMAGE="dtc:refused-for-disk", IMAGE_BUILD_FREE_GB="1000000")
+    done = subprocess.run([str(REPO / "scripts" / "build-image.sh")], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert done.returncode == 3, done.stderr[-3000:]
+    [first, *rest] = [line for line in done.stderr.splitlines() if line.startswith("[build-image] ")]
+    found = re.fullmatch(r"\[build-image\] error: building the cpu image needs about 1000000 GB free in (\S+), "
+                         r"which has (\d+) GB:", first)
+    assert found and os.path.isdir(found[1]) and int(found[2]) < 1000000, first
+    assert "IMAGE_BUILD_FREE_GB" in "\n".join(rest) and "building dtc:refused-for-disk" not in done.stderr
