@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ from helpers import (
     digits_job,
     free_port,
     mpi_digits_job,
+    read_json,
     run_train,
     torch_load,
 )
@@ -32,9 +34,18 @@ EPOCHS = 12
 ])
 def test_builtin_trainer_on_two_ranks(framework, model_files, digits_channels, tmp_path):
     root = mpi_digits_job(tmp_path, digits_channels, framework, epochs=EPOCHS)
-    result = run_train(root)
+    # which frameworks each rank imported (the image holds both; rank 0's TensorBoard writer
+    # imported TensorFlow into every PyTorch job until 2026-12-02: dtc_train.observe)
+    (root / "code").mkdir(exist_ok=True)
+    shutil.copy(PROGRAMS / "record_imports.py", root / "code" / "sitecustomize.py")
+    imports = tmp_path / "imports"
+    imports.mkdir()
+    result = run_train(root, env={"RECORD_IMPORTS_DIR": str(imports)})
     assert result.returncode == 0, result.output[-4000:]
     assert result.succeeded and result.failure is None
+    loaded = {record["rank"]: record["frameworks"] for record in map(read_json, imports.glob("*.json"))}
+    module = {"pytorch": "torch", "tensorflow": "tensorflow"}[framework]
+    assert loaded == {"0": [module], "1": [module]}, loaded
 
     epochs = [(int(e), int(n), float(acc), int(s)) for e, n, acc, s in METRIC.findall(result.stdout)]
     assert [e for e, *_ in epochs] == list(range(1, EPOCHS + 1)), result.stdout[-3000:]
