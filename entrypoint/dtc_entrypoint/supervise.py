@@ -190,13 +190,14 @@ class _CpuUse:
         return self._samples[-1][1] - self._samples[0][1] if self._samples else 0.0
 
 
-def _watch_for_stall(rule: StallRule, progress: _Progress, started: float, pid: int, done: Callable[[], bool],
+def _watch_for_stall(rule: StallRule, progress: _Progress, started: float, pid: int, done: threading.Event,
                      tail: collections.deque, poll_s: float = 1.0) -> float | None:
-    """Waits until the command is done (``None``) or stalled (returns the seconds without
+    """Waits until the command is done (``done`` set: ``None``, at once, not at the next poll,
+    which every job's end waited for until 2026-12-03) or stalled (returns the seconds without
     progress); with ``rule.ends_job`` false, logs each stall's account and watches on."""
     cpu = _CpuUse(pid)
     last_busy = float("-inf")   # no busy CPU seen yet: idle since the last output (or the start)
-    while not done():
+    while not done.is_set():
         now = time.monotonic()
         quiet_s = rule.idle_s(progress.last, now)
         # the CPU is sampled only once output and heartbeat have been quiet for long enough that a
@@ -216,7 +217,7 @@ def _watch_for_stall(rule: StallRule, progress: _Progress, started: float, pid: 
                       "%.0f s without progress", rule.timeout_s)
             progress.seen()
             last_busy = time.monotonic()
-        time.sleep(poll_s)
+        done.wait(poll_s)
     return None
 
 
@@ -309,6 +310,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
         forward(received[0], None)
     lost: list[str] = []
     stalled: list[str] = []
+    ended = threading.Event()   # the command has exited
     watching = stalling = None
     if watch is not None:
         def watcher():
@@ -327,8 +329,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
         watching.start()
     if stall is not None and stall.judges:
         def stall_watcher():
-            idle_s = _watch_for_stall(stall, progress, time.monotonic(), child.pid, lambda: child.poll() is not None,
-                                      tail)
+            idle_s = _watch_for_stall(stall, progress, time.monotonic(), child.pid, ended, tail)
             if idle_s is None or received or lost:
                 return
             log.error("no output and no heartbeat from the training processes for %.0f s: reading their stacks",
@@ -343,6 +344,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], workdir: str, kill_after_s:
     try:
         returncode = child.wait()
     finally:
+        ended.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for timer in killer:
