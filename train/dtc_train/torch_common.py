@@ -41,7 +41,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: caught by name
 
 from . import common, config, contract, dali_data, loop, observe, stop, torch_checkpoint, torch_model
 
@@ -330,6 +329,16 @@ def fsdp_local_gradients(model):
         model.set_requires_gradient_sync(True)
 
 
+def _dcp_failure() -> type[BaseException]:
+    """``torch.distributed.checkpoint``'s ``CheckpointException`` (a ``BaseException``, caught by
+    name), imported only once a load has failed: an ``except`` clause's class is looked up when an
+    exception reaches it, and the module (with ``torch.distributed.tensor``) took about 0.5 s of
+    every PyTorch rank's start-up, where only FSDP's sharded checkpoints use it (2026-12-03)."""
+    from torch.distributed.checkpoint.api import CheckpointException  # noqa: PLC0415
+
+    return CheckpointException
+
+
 def _load_state(checkpoint_dir: str, state: torch_checkpoint.Checkpoint, model, optimizer, states: StateDicts
                 ) -> None:
     """Loads the checkpoint ``state`` (``torch_checkpoint.read``) into ``model`` and ``optimizer``.
@@ -353,7 +362,7 @@ def _load_state(checkpoint_dir: str, state: torch_checkpoint.Checkpoint, model, 
             states.shards.load(model, optimizer, os.path.join(checkpoint_dir, shards))
         else:
             states.load(model, optimizer, state.model, state.optimizer)
-    except CheckpointException as error:   # every rank's failures, gathered by DCP
+    except _dcp_failure() as error:   # every rank's failures, gathered by DCP
         failure = next(iter(error.failures.values()))[0]
         raise ValueError(
             f"checkpoint {path}: its sharded state {os.path.join(checkpoint_dir, shards)} cannot be read "
