@@ -18,6 +18,12 @@ VENV="${VENV:-$REPO_DIR/.venv}"
 # shellcheck source=../docker/lib.sh
 source "$REPO_DIR/docker/lib.sh"
 log() { printf '[setup-host +%ds] %s\n' "$SECONDS" "$*" >&2; }
+finished() {   # finished PID LOG: waits for the background step PID, prints its LOG; returns its exit code
+  local code=0
+  wait "$1" || code=$?
+  cat "$2" >&2
+  return "$code"
+}
 
 # Build tools (Horovod, mpi4py, the DALI TF plugin); image tools: build without a Docker daemon
 # (buildah), run (podman, runc), make the base (debootstrap); podman's network backend for the
@@ -74,13 +80,39 @@ install_sdks() {
 install_sdks > "$VENV/sdk-install.log" 2>&1 &
 sdks=$!
 
+# mpi4py's compile (about 100 s where its wheel is not cached yet, on one core: one generated C
+# file) needs a Python and mpicc, not the frameworks: it runs in the background, in a throwaway
+# environment of its own, beside the frameworks' install (one core, mostly) and Horovod's compile,
+# into the built-wheel cache (docker/lib.sh: built_wheel, the entry install-mpi4py.sh takes it from,
+# keyed by the Python ABI and the same inputs). install-mpi4py.sh then only installs the wheel; where
+# the background build failed, it compiles in the foreground and reports the error itself.
+prebuild_mpi4py() {
+  local work code PYTHON   # PYTHON: the throwaway environment's, for lib.sh's functions
+  work="$(mktemp -d)"
+  PYTHON="$work/venv/bin/python"
+  python3 -m venv "$work/venv" && "$PYTHON" -m pip install -q "pip==$PIP_VERSION" \
+    && MPICC="$(command -v mpicc)" built_wheel "$(mpi4py_entry)" "mpi4py==$MPI4PY_VERSION" > /dev/null
+  code=$?
+  rm -rf "$work"
+  return "$code"
+}
+prebuild_mpi4py > "$VENV/mpi4py-build.log" 2>&1 &
+mpi4py_build=$!
+
 [ -x "$VENV/bin/python" ] || { log "creating $VENV"; python3 -m venv "$VENV"; }
 export PYTHON="$VENV/bin/python" PATH="$VENV/bin:$PATH"
 
 "$REPO_DIR/docker/install-python-packages.sh"
-"$REPO_DIR/docker/install-mpi4py.sh"
+# DALI (a download, its TensorFlow plugin's compile on one core, import checks) needs the frameworks,
+# not Horovod: it installs beside Horovod's compile, whose configure, link and import checks leave a
+# core idle. The two install different distributions into the environment.
+"$REPO_DIR/docker/install-dali.sh" > "$VENV/dali-install.log" 2>&1 &
+dali=$!
 "$REPO_DIR/docker/build-horovod.sh"
-"$REPO_DIR/docker/install-dali.sh"
+finished "$dali" "$VENV/dali-install.log" || die "installing DALI failed (log above)"
+finished "$mpi4py_build" "$VENV/mpi4py-build.log" \
+  || log "warning: mpi4py's background build failed (log above); install-mpi4py.sh compiles it"
+"$REPO_DIR/docker/install-mpi4py.sh"
 
 log "this project and the test tools"
 "$PYTHON" -m pip install -q --no-deps -e "$REPO_DIR"
@@ -96,6 +128,5 @@ if [ "${SKIP_APT:-0}" != 1 ]; then
     || log "warning: the Docker engine does not run on this machine; the Docker tests will say so and skip"
 fi
 
-wait "$sdks" || { cat "$VENV/sdk-install.log" >&2; die "installing the SageMaker Python SDKs failed (log above)"; }
-cat "$VENV/sdk-install.log" >&2
+finished "$sdks" "$VENV/sdk-install.log" || die "installing the SageMaker Python SDKs failed (log above)"
 log "ready: $VENV"
