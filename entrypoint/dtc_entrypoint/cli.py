@@ -232,8 +232,9 @@ def _peer_notice(config: job_config.JobConfig, hosts: list[str], extra_s: float 
     wait_s = env_settings.seconds("DTC_PEER_NOTICE_WAIT_S", PEER_NOTICE_WAIT_S) + extra_s
     log.info("waiting up to %.0f s for %s to say why its training failed", wait_s, " or ".join(answering))
     deadline = time.monotonic() + wait_s
-    said = peers.watch_until_one_closes([(host, config.ports["presence"]) for host in answering], closed_checks=1,
-                                        notices=True, stop=lambda: time.monotonic() > deadline)
+    endpoints = [(host, config.ports["presence"]) for host in answering]
+    said = peers.watch_until_one_closes(endpoints, closed_checks=1, notices=True, seen_up=endpoints,
+                                        stop=lambda: time.monotonic() > deadline)
     return said if said is not None and said.notice else None
 
 
@@ -253,7 +254,11 @@ def _hold_until_the_master_ends(config: job_config.JobConfig, plan: launch.Launc
     log.info("training ended here; waiting up to %.0f s for the master %s's train to end (it may still be writing "
              "the model)", wait_s, plan.master_host)
     deadline = time.monotonic() + wait_s
-    gone = peers.watch_until_one_closes([endpoint], closed_checks=1, notices=True,
+    # seen_up: the master answered just now; its train may end before the watch's first poll (under
+    # torchrun every host's agent leaves the exit barrier together), and a presence that closed
+    # then must end this wait, not keep it for DTC_MASTER_END_WAIT_S (make gpu-verify, 2026-12-03:
+    # two torchrun examples' worker hosts held 15 minutes, until the cluster's timeout)
+    gone = peers.watch_until_one_closes([endpoint], closed_checks=1, notices=True, seen_up=[endpoint],
                                         stop=lambda: time.monotonic() > deadline)
     if gone is None:
         log.warning("the master %s's train had not ended after %.0f s (DTC_MASTER_END_WAIT_S): leaving",

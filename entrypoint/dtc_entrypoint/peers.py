@@ -108,15 +108,17 @@ class Gone(NamedTuple):
 
 def watch_until_one_closes(endpoints: Sequence[tuple[str, int]], closed_checks: int = 3, poll_s: float = WATCH_POLL_S,
                            stop: Callable[[], bool] = lambda: False, notices: bool = False,
-                           closes: bool = True) -> Gone | None:
+                           closes: bool = True, seen_up: Sequence[tuple[str, int]] = ()) -> Gone | None:
     """Waits until one of ``endpoints`` (host, port), having accepted connections, refuses
     ``closed_checks`` consecutive ones (about ``closed_checks * poll_s`` seconds after its server
     went away) and returns it; returns ``None`` once ``stop()`` is true. An endpoint that never
-    came up is not reported (the program that needs it says so itself). With ``notices`` (the
+    came up is not reported (the program that needs it says so itself); ``seen_up`` names those
+    the caller has already seen answer, so that one that closes before this watch's first
+    connection is reported too, not waited for until ``stop()``. With ``notices`` (the
     endpoints are ``Presence`` servers), one whose host's training failed is returned at once
     with its failure line (``Gone.notice``); with ``closes=False`` only such a notice is
     reported, never a closed endpoint (hosts that may end at different times)."""
-    seen_up: set[tuple[str, int]] = set()
+    seen_up = set(seen_up)
     refused = {endpoint: 0 for endpoint in endpoints}
     while not stop():
         for endpoint in endpoints:

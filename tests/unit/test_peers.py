@@ -48,6 +48,29 @@ def test_the_watch_returns_a_failed_hosts_line_at_once_and_a_closed_host_after_i
         running.shutdown()
 
 
+def test_a_presence_seen_before_the_watch_that_closes_before_its_first_poll_is_reported():
+    """cli._hold_until_the_master_ends: a worker host asks the master's presence once, then
+    watches it; under torchrun both hosts leave the exit barrier together, and the master's
+    presence may close between the two (make gpu-verify, 2026-12-03: two examples' worker hosts
+    waited until the cluster's 900 s timeout). Seen up by the caller, its close ends the watch."""
+    port = free_port()
+    presence = peers.Presence(port)
+    endpoint = ("127.0.0.1", port)
+    try:
+        assert peers.failure_notice(*endpoint) == ""   # the caller's check: the master still runs
+        presence.shutdown()                             # and ends before the watch's first poll
+        started = time.monotonic()
+        gone = peers.watch_until_one_closes([endpoint], closed_checks=1, poll_s=0.2, notices=True,
+                                            seen_up=[endpoint], stop=lambda: time.monotonic() > started + 5)
+        assert gone == peers.Gone("127.0.0.1", port, None)   # reported, not stopped (stop gives None)
+        # what the watch did before: an endpoint it never saw up itself is not reported, until stopped
+        stop_at = time.monotonic() + 1.0
+        assert peers.watch_until_one_closes([endpoint], closed_checks=1, poll_s=0.2, notices=True,
+                                            stop=lambda: time.monotonic() > stop_at) is None
+    finally:
+        presence.shutdown()
+
+
 def test_a_watch_of_notices_only_ignores_a_host_that_ends_and_returns_its_line_when_it_fails():
     """MultiWorkerMirrored (cli._peer_watch): a worker host may end long before the chief has
     written the model, so its presence closing is not a loss; its failure line still comes."""
