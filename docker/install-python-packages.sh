@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the pinned Python stack into $PYTHON's environment: packaging tools, numpy, protobuf,
+# Installs the pinned Python stack into $PYTHON's environment: packaging tools, numpy, protobuf, ml_dtypes,
 # TensorFlow + tf-keras, PyTorch, sagemaker-training (its gethostname C extension compiled here with
 # the hardening flags: lib.sh, built_wheel),
 # scikit-learn (ships the digits data set), Pillow, TensorBoard and matplotlib (the trainers' event files
@@ -55,7 +55,7 @@ for link in ${PIP_FIND_LINKS:-}; do find_links+=(--find-links "$link"); done
 
 log "frameworks ($FLAVOR): ${framework_reqs[*]}"
 pip_install "${index_args[@]}" "${find_links[@]}" \
-  "numpy==$NUMPY_VERSION" "protobuf==$PROTOBUF_VERSION" "${framework_reqs[@]}" "tf-keras==$TF_KERAS_VERSION" \
+  "numpy==$NUMPY_VERSION" "protobuf==$PROTOBUF_VERSION" "ml-dtypes==$ML_DTYPES_VERSION" "${framework_reqs[@]}" "tf-keras==$TF_KERAS_VERSION" \
   "sagemaker-training==$SAGEMAKER_TRAINING_VERSION" \
   "scikit-learn==$SCIKIT_LEARN_VERSION" "pillow==$PILLOW_VERSION" "tensorboard==$TENSORBOARD_VERSION" "matplotlib==$MATPLOTLIB_VERSION" "pytest==$PYTEST_VERSION" \
   "${companion_reqs[@]}" \

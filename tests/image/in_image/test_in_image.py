@@ -41,7 +41,7 @@ def run(*argv: str, **kwargs) -> str:
     ("tensorflow", "TENSORFLOW_VERSION"), ("tf-keras", "TF_KERAS_VERSION"), ("horovod", "HOROVOD_VERSION"),
     ("mpi4py", "MPI4PY_VERSION"), ("sagemaker-training", "SAGEMAKER_TRAINING_VERSION"),
     ("nvidia-dali-cuda120", "DALI_VERSION"), ("nvidia-dali-tf-plugin-cuda120", "DALI_VERSION"),
-    ("numpy", "NUMPY_VERSION"), ("protobuf", "PROTOBUF_VERSION"),
+    ("numpy", "NUMPY_VERSION"), ("protobuf", "PROTOBUF_VERSION"), ("ml-dtypes", "ML_DTYPES_VERSION"),
 ])
 def test_versions_equal_the_pins(distribution, key):
     assert metadata.version(distribution) == pins()[key]
