@@ -55,7 +55,9 @@ def wait_for_master_to_exit(master_host: str, timeout_s: float, port: int = SSH_
                             clock: Callable[[], float] = time.monotonic) -> bool:
     """A worker host's last wait after its ranks failed or were ended by the master's mpirun: until
     the master's sshd (``port``) stops answering (its container has exited), ``timeout_s`` seconds have
-    passed, or SIGTERM/SIGINT arrives (its job is being stopped), whichever comes first.
+    passed, or SIGTERM/SIGINT arrives (its job is being stopped), whichever comes first. The caller
+    has just seen the master's sshd answer (``mpi_job``: ``peers.accepts``), so one that stops
+    before this wait's first connection ends it at that connection, not at ``timeout_s``.
 
     The master's mpirun collected every rank's output and its ``train`` writes the job's whole
     account; a worker that exits first can cut that account short where the first container to
@@ -74,7 +76,8 @@ def wait_for_master_to_exit(master_host: str, timeout_s: float, port: int = SSH_
     previous = {sig: signal.signal(sig, on_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         deadline = clock() + timeout_s
-        gone = peers.watch_until_one_closes([(master_host, port)], closed_checks=1, poll_s=poll_s,
+        master = (master_host, port)
+        gone = peers.watch_until_one_closes([master], closed_checks=1, poll_s=poll_s, seen_up=[master],
                                             stop=lambda: bool(stopped) or clock() > deadline)
         return gone is not None
     finally:

@@ -34,6 +34,18 @@ def test_the_worker_leaves_once_the_master_closes():
     assert 1.0 <= time.monotonic() - started < 5
 
 
+def test_a_master_that_closed_before_the_wait_began_ends_it_at_its_first_check():
+    """The caller saw the master answer just before (mpi_job); its container may exit before the
+    wait's first connection. Before 2026-12-04 such a master was never seen up by the wait itself,
+    which then lasted its whole timeout (the pattern the torchrun exit barrier hit, df808f2)."""
+    server = socket.create_server(("127.0.0.1", 0))   # no accepting thread: closed means refusing
+    port = server.getsockname()[1]
+    server.close()
+    started = time.monotonic()
+    assert mpi_hosts.wait_for_master_to_exit("127.0.0.1", 30, port=port, poll_s=0.2) is True
+    assert time.monotonic() - started < 5
+
+
 def test_the_worker_leaves_after_its_wait_while_the_master_stays_up():
     server = listening()
     started = time.monotonic()
