@@ -135,16 +135,18 @@ def _peer_watch(plan: launch.LaunchPlan, current_host: str, ports: launchers.Por
     minutes) that too, while under MultiWorkerMirrored TensorFlow's heartbeats find a lost host
     and a worker may end well before the chief has written the model. Otherwise, on the master,
     the servers its launcher names (``master_watch``: MPI's sshd on the other hosts, the
-    parameter-server chief's TensorFlow servers). ``None`` otherwise."""
+    parameter-server chief's TensorFlow servers), seen up from the start (the launcher's
+    ``host_part`` waited for them). ``None`` otherwise."""
     if len(plan.hosts) < 2:
         return None
     launcher = launchers.of(plan.strategy)
     others = [host for host in plan.hosts if host != current_host]
-    endpoints = {}
+    endpoints, seen_up = {}, ()
     if _has_presence(plan):
         endpoints = {(host, ports["presence"]): "train" for host in others}
     elif plan.master_host == current_host and launcher.master_watch:
         endpoints = launcher.master_watch(plan, current_host)
+        seen_up = tuple(endpoints)   # the launcher's host_part waited for each to answer
     if not endpoints:
         return None
 
@@ -157,7 +159,8 @@ def _peer_watch(plan: launch.LaunchPlan, current_host: str, ports: launchers.Por
     presence = _has_presence(plan)
 
     def watch(done) -> str | None:
-        gone = peers.watch_until_one_closes(list(endpoints), stop=done, notices=presence, closes=closes)
+        gone = peers.watch_until_one_closes(list(endpoints), stop=done, notices=presence, closes=closes,
+                                            seen_up=seen_up)
         if gone is None:
             return None
         if gone.notice:   # the host's training failed, and its train said why
@@ -343,6 +346,7 @@ def run_job(plan_only: bool) -> int:
              plan.master_host, ",".join(plan.hosts), plan.world_size, list(plan.ranks), list(plan.tasks))
     phase.current = "running the preflight"
     run_preflight(config, plan)
+    phase.current = "waiting for the other hosts"   # the launcher's host part: the master's wait for their servers
     host_part = launchers.of(plan.strategy).host_part
     if host_part and (code := host_part(config, plan, prog.name)) is not None:
         return code

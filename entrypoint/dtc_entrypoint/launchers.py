@@ -26,7 +26,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from . import launch_mpi, launch_single, launch_tf, launch_torch, mpi_hosts, mpi_job, report
+from . import launch_mpi, launch_single, launch_tf, launch_torch, mpi_hosts, mpi_job, ps_job, report
 from .errors import ConfigError
 from .hyperparameters import parse_bool
 
@@ -122,7 +122,10 @@ class Launcher:
         presence_close_is_loss: under ``presence``, a host whose presence closes counts as lost
             (after ``cli.PEER_END_GRACE_S``); otherwise only its notices count.
         master_watch: on several hosts, the other hosts' servers the master watches for loss:
-            ``(plan, current_host) -> {(host, port): what}`` (``None``: none).
+            ``(plan, current_host) -> {(host, port): what}`` (``None``: none). The master's
+            ``host_part`` waits for every one of them to answer before the command, so the watch
+            counts them as seen up from its start (``peers.watch_until_one_closes``'s ``seen_up``):
+            one cut off before the watch's first poll is still reported.
         output_is_progress: the stall rule counts only output as progress (its waiting ranks spin
             on a core), not a busy CPU.
         quiet: a stderr line that is not progress (``None``: every line is).
@@ -148,20 +151,6 @@ class Launcher:
     quiet: Callable[[str], bool] | None = None
     peer_stacks: Callable[[list[str], str], list[str]] | None = None
     host_part: "Callable[[JobConfig, LaunchPlan, str], int | None] | None" = None
-
-
-def _tensorflow_servers(plan: "LaunchPlan", current_host: str) -> Endpoints:
-    """The parameter-server chief's watch: the other hosts' TensorFlow servers (the chief waits
-    for a lost worker forever: ParameterServerStrategy waits for workers to come back)."""
-    if plan.role != "chief":
-        return {}
-    endpoints = {}
-    for job in ("worker", "ps"):
-        for index, task in enumerate(plan.tf_config["cluster"].get(job, [])):
-            host, _, port = task.rpartition(":")
-            if host != current_host:
-                endpoints[(host, int(port))] = f"TensorFlow {job}:{index} server"
-    return endpoints
 
 
 def _enabled(flag: str, **extra: object) -> Mapping[str, object]:
@@ -198,7 +187,7 @@ BUILT_IN = (
                          "parameter server: the parameter servers (2224: the worker on a one-host job)"),
                     Port("tf_end", "DTC_TF_END_PORT", 2225,
                          "parameter server on several hosts: the master's end notice to the other hosts")),
-             needs=frozenset({"tensorflow"}), master_watch=_tensorflow_servers),
+             needs=frozenset({"tensorflow"}), master_watch=ps_job.tensorflow_servers, host_part=ps_job.host_part),
 )
 # Launchers other installed distributions add: entry points in this group, each naming a
 # ``Launcher`` (packaging.python.org, "Creating and discovering plugins"; importlib.metadata).
