@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from dtc_entrypoint.config import JobConfig, MpiConfig, natural_key
+from dtc_entrypoint.program import Program
 from dtc_local import cluster, job_tree
 from dtc_train import system_metrics
 
@@ -204,6 +206,28 @@ def free_ports(count: int) -> list[int]:
             if len(picked) == count:
                 return picked
     raise RuntimeError(f"no {count} free ports in {first}..{first + PORTS_PER_WORKER - 1}")
+
+
+def config_for(hosts=("algo-1",), current="algo-1", mpi: MpiConfig | None = None, hps=None, **kwargs) -> JobConfig:
+    """The ``JobConfig`` ``config.load`` gives host ``current`` of ``hosts`` (sorted as SageMaker's
+    ``resourceconfig.json`` is read), for the unit tier's plans and host parts: ``/opt/ml``, no GPU,
+    ``hps`` as the user's hyperparameters, ``kwargs`` for the other fields (``strategy``, ``ports``)."""
+    mpi = mpi or MpiConfig()
+    hosts = tuple(sorted(hosts, key=natural_key))
+    kwargs.setdefault("strategy", "mpi" if mpi.enabled else "single")
+    kwargs.setdefault("num_gpus", 0)
+    return JobConfig(
+        base_dir="/opt/ml", current_host=current, hosts=hosts, distribution_hosts=hosts,
+        master_host=hosts[0], network_interface="eth0", num_cpus=2,
+        program="train.py", submit_dir="/opt/ml/code", code_dir="/opt/ml/code",
+        user_hyperparameters=hps or {"epochs": 3, "name": "a b"}, framework_parameters={},
+        mpi=mpi, sm_env={"SM_CURRENT_HOST": current, "SM_HOSTS": json.dumps(list(hosts)),
+                         "SM_MODEL_DIR": "/opt/ml/model"},
+        python="/usr/bin/python3", **kwargs)
+
+
+# a user's train.py in /opt/ml/code, the program config_for's jobs run
+PLAIN_SCRIPT = Program("train.py", True, ("/opt/ml/code/train.py",), "/opt/ml/code")
 
 
 def free_port() -> int:

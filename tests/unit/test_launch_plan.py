@@ -8,27 +8,11 @@ import pytest
 
 from dtc_entrypoint import config as job_config
 from dtc_entrypoint import launch
-from dtc_entrypoint.config import JobConfig, MpiConfig, mpi_config, natural_key, relocate
+from dtc_entrypoint.config import MpiConfig, mpi_config, relocate
 from dtc_entrypoint.errors import ConfigError
 from dtc_entrypoint.program import Program
-
-
-def job(hosts=("algo-1",), current="algo-1", mpi: MpiConfig | None = None, hps=None, **kwargs) -> JobConfig:
-    mpi = mpi or MpiConfig()
-    hosts = tuple(sorted(hosts, key=natural_key))
-    kwargs.setdefault("strategy", "mpi" if mpi.enabled else "single")
-    kwargs.setdefault("num_gpus", 0)
-    return JobConfig(
-        base_dir="/opt/ml", current_host=current, hosts=hosts, distribution_hosts=hosts,
-        master_host=hosts[0], network_interface="eth0", num_cpus=2,
-        program="train.py", submit_dir="/opt/ml/code", code_dir="/opt/ml/code",
-        user_hyperparameters=hps or {"epochs": 3, "name": "a b"}, framework_parameters={},
-        mpi=mpi, sm_env={"SM_CURRENT_HOST": current, "SM_HOSTS": json.dumps(list(hosts)),
-                         "SM_MODEL_DIR": "/opt/ml/model"},
-        python="/usr/bin/python3", **kwargs)
-
-
-SCRIPT = Program("train.py", True, ("/opt/ml/code/train.py",), "/opt/ml/code")
+from helpers import PLAIN_SCRIPT as SCRIPT
+from helpers import config_for as job
 
 
 def test_single_process_plan_runs_python_with_user_args_and_no_shell():

@@ -11,8 +11,7 @@ import pytest
 
 from dtc_entrypoint import cli, launch, launchers, ps_job
 from dtc_entrypoint.errors import PeerError
-from helpers import free_ports
-from test_launch_plan import SCRIPT, job
+from helpers import PLAIN_SCRIPT, config_for, free_ports
 
 
 def listener(port: int) -> socket.socket:
@@ -25,8 +24,8 @@ def chief_plan(task_port: int, ps_port: int):
     """A two-host parameter-server job seen from its chief's host (127.0.0.1); the other host is
     ``localhost``, so its servers are this machine's ports."""
     ports = launchers.ports_from({"DTC_TF_TASK_PORT": str(task_port), "DTC_TF_PS_PORT": str(ps_port)})
-    config = job(hosts=("127.0.0.1", "localhost"), current="127.0.0.1", strategy="parameter_server", ports=ports)
-    return config, launch.build(config, SCRIPT)
+    config = config_for(hosts=("127.0.0.1", "localhost"), current="127.0.0.1", strategy="parameter_server", ports=ports)
+    return config, launch.build(config, PLAIN_SCRIPT)
 
 
 def test_the_chief_watches_the_other_hosts_servers_and_nothing_on_one_host():
@@ -34,12 +33,12 @@ def test_the_chief_watches_the_other_hosts_servers_and_nothing_on_one_host():
     config, plan = chief_plan(task_port, ps_port)
     assert ps_job.tensorflow_servers(plan, "127.0.0.1") == {("localhost", task_port): "TensorFlow worker:0 server",
                                                              ("localhost", ps_port): "TensorFlow ps:1 server"}
-    worker = launch.build(job(hosts=("127.0.0.1", "localhost"), current="localhost", strategy="parameter_server",
-                              ports=config.ports), SCRIPT)
+    worker = launch.build(config_for(hosts=("127.0.0.1", "localhost"), current="localhost", strategy="parameter_server",
+                              ports=config.ports), PLAIN_SCRIPT)
     assert ps_job.tensorflow_servers(worker, "localhost") == {}
-    one_host = launch.build(job(strategy="parameter_server"), SCRIPT)   # its servers are the chief's own services
+    one_host = launch.build(config_for(strategy="parameter_server"), PLAIN_SCRIPT)   # the chief's own services
     assert ps_job.tensorflow_servers(one_host, "algo-1") == {}
-    assert ps_job.host_part(job(strategy="parameter_server"), one_host, "train.py") is None
+    assert ps_job.host_part(config_for(strategy="parameter_server"), one_host, "train.py") is None
 
 
 def test_the_chief_waits_for_every_server_and_names_the_one_that_never_answers(monkeypatch):
