@@ -5,13 +5,13 @@ its wait for them before the program starts.
 ``ParameterServerStrategy``'s coordinator waits for a lost worker to come back, forever, so the
 chief's ``train`` watches the other hosts' servers itself (``cli._peer_watch``). The watch reports
 an endpoint only once it has seen it up; the chief waits for every one of them to answer before
-its program starts, so the watch counts them as seen up from its start. Without that wait a worker
-host whose servers came up while the chief's program was already waiting for them could be cut
-off before the watch's first poll (every 2 s) had seen them: the chief's coordinator then waited
-for the worker and ``train`` for nothing (CI's run on 2026-12-04 08:55 UTC:
-``test_a_host_cut_off_without_a_word_ends_every_host_within_a_minute[parameter-server]``, the
-chief's container killed by the harness 116 s after the cut, its epoch 1 logged 0.3 s after the
-worker host's servers answered).
+its program starts, so the watch counts them as seen up from its start. Without that wait, a
+worker host whose servers came up while the chief's program was already waiting for them could be
+cut off before the watch's first poll (every 2 s) had seen them, and the chief waited for it
+forever (CI's run on 2026-12-04 08:55 UTC:
+``test_a_host_cut_off_without_a_word_ends_every_host_within_a_minute[parameter-server]``: the
+host cut off right after the chief's first epoch, which ended 0.3 s after the worker host logged
+that the chief was up; the chief's container killed by the harness 116 s later).
 """
 
 from __future__ import annotations
