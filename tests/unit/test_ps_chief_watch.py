@@ -1,7 +1,8 @@
 """The parameter-server chief's watch of the other hosts' TensorFlow servers (ps_job, cli._peer_watch):
 ParameterServerStrategy's coordinator waits for a lost worker forever, so `train` must report a
 worker host whose servers went away even when they went before the watch's first poll (CI's run on
-2026-12-04 08:55 UTC: the host cut off 0.3 s after its servers answered, the chief never ended)."""
+2026-12-04 08:55 UTC: the worker host cut off right after the chief's first epoch, moments after its
+servers came up; the chief never ended)."""
 
 import socket
 import threading
