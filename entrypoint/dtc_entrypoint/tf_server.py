@@ -26,7 +26,7 @@ import os
 import signal
 import sys
 
-from . import peers, report
+from . import env_settings, peers, ps_job, report
 from .errors import EXIT_INTERNAL_ERROR, EXIT_PEER_ERROR
 
 log = logging.getLogger("dtc.tf_server")
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     host, _, port = args.until_closed.rpartition(":")
     notice = peers.EndNoticeListener(args.end_port) if args.end_port else None
-    timeout_s = float(os.environ.get("DTC_TF_SERVER_START_TIMEOUT_S") or 600)
+    timeout_s = env_settings.seconds(ps_job.START_TIMEOUT_VARIABLE, ps_job.START_TIMEOUT_S)
     chief_up = False
 
     def on_stop(signum, _frame):
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_stop)
     peers.wait_for_ports([host], int(port), timeout_s, "the chief's parameter server",
-                         "raise DTC_TF_SERVER_START_TIMEOUT_S")
+                         f"raise {ps_job.START_TIMEOUT_VARIABLE}")
     chief_up = True
     log.info("the chief's host %s is up; serving until it closes", args.until_closed)
     peers.wait_until_closed(host, int(port))
