@@ -581,6 +581,22 @@ def exclusive(name: str):
         yield
 
 
+def deal_out(items: list, one_at_a_time) -> list:
+    """``items`` (pytest's, in the order pytest-xdist hands them out) with those for which
+    ``one_at_a_time(item)`` holds (tests that hold one ``exclusive`` lock) spread evenly among the
+    others, the first half a gap in, each kind in its own order: a worker that takes one of them
+    then seldom waits for another worker's (tests/conftest.py)."""
+    serial = [item for item in items if one_at_a_time(item)]
+    rest = [item for item in items if not one_at_a_time(item)]
+    if not serial or not rest:
+        return list(items)
+    gap = len(rest) / len(serial)
+    dealt = []
+    for index, item in enumerate(rest):
+        dealt += [test for n, test in enumerate(serial) if int((n + 0.5) * gap) == index]
+        dealt.append(item)
+    return dealt   # (n + 0.5) * gap < len(rest) for every n: each one is placed
+
 
 SDK_V2 = REPO / ".venv" / "sdk-v2" / "bin" / "python"
 SDK_V3 = REPO / ".venv" / "sdk-v3" / "bin" / "python"
