@@ -378,8 +378,8 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
 
     First line: a rank that died of a signal (``rank 3 on host algo-2 was killed by SIGKILL``,
     with the out-of-memory hint for SIGKILL: the others' errors follow from it; but a rank that
-    raised an exception and then died of SIGABRT, a library aborting at exit, is named by its
-    exception) or a host that
+    raised an exception and then died of SIGABRT or SIGSEGV, a library's teardown at exit, is named
+    by its exception) or a host that
     was lost (``peer_lost``, or what ``lost_peer`` finds with ``peers``), else mpirun refusing
     its options (``mpirun_error``), else Horovod's stall inspector ending the job
     (``horovod_stall``: the ranks that did not arrive), else the exception the program raised (from the first rank
@@ -408,9 +408,9 @@ def describe_failure(program: str, exit_code: int, stderr_tail: Sequence[str],
     died = peer_lost or dead_rank(untagged) or lost_peer(untagged, peers or {})
     aborted = _DEAD_RANK.match(died or "")
     own = exception_line(streams.get(f"rank {aborted.group(1)}", [])) if aborted else None
-    if aborted and aborted.group(3) == "SIGABRT" and own:
-        # the rank raised, then aborted while exiting (a C++ library's teardown: PyTorch 2.13's Gloo
-        # after an exception, pytorch/pytorch#179291): its exception is the cause
+    if aborted and aborted.group(3) in ("SIGABRT", "SIGSEGV") and own:
+        # the rank raised, then died while exiting (a C++ library's teardown: PyTorch 2.13's Gloo
+        # after an exception aborts or segfaults, pytorch/pytorch#179291): its exception is the cause
         died, culprit, hint = None, own, missing_module_hint(own)
         where = f"rank {aborted.group(1)} on host {aborted.group(2)}"
     rejected = mpirun_error(untagged)

@@ -170,6 +170,16 @@ def test_a_rank_that_raised_then_aborted_at_exit_is_named_by_its_exception():
     assert lines[2].endswith("the error above was raised on rank 1 on host algo-1.")
 
 
+def test_a_rank_that_raised_then_segfaulted_at_exit_is_named_by_its_exception():
+    """The same teardown can end in SIGSEGV (test_fsdp's rank 0 after its checkpoint error, make test
+    of 606c977, 2026-12-06: the failure file's first line named the signal)."""
+    stderr = [f"[rank0]: {line}" for line in TRACEBACK] + [f"[rank1]: {line}" for line in TRACEBACK] + [
+        line.replace("-6 (pid: 42)  (SIGABRT)", "-11 (pid: 42)  (SIGSEGV)") for line in ROOT_CAUSE_SIGABRT]
+    lines = report.describe_failure("builtin:pytorch", 1, stderr).splitlines()
+    assert lines[0] == "ValueError: learning rate must be positive"
+    assert lines[2].endswith("the error above was raised on rank 1 on host algo-1.")
+
+
 def test_a_rank_aborted_without_an_exception_of_its_own_is_the_first_line():
     """Another rank's exception (a lost peer's connection, say) follows from the abort."""
     stderr = [f"[rank0]: {line}" for line in TRACEBACK] + ROOT_CAUSE_SIGABRT
