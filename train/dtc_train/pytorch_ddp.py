@@ -27,9 +27,7 @@ Hyperparameters: ``dtc_train.config`` (backend ``pytorch_ddp``), ``data-parallel
 """
 
 import datetime
-import logging
 import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -164,11 +162,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_code = main()
-    # Everything is saved, closed and flushed: leave without Python's interpreter teardown, which a
-    # Gloo worker thread releasing a collective's tensor late can abort with SIGABRT after a job
-    # that succeeded (docs/troubleshooting.md; pytorch/pytorch#179291, python/cpython gh-87135).
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(exit_code)
+    common.leave(main())

@@ -15,7 +15,6 @@ Hyperparameters: ``dtc_train.config`` (backend ``pytorch_horovod``), ``allreduce
 among them.
 """
 
-import sys
 
 import horovod
 import horovod.torch as hvd
@@ -85,4 +84,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    hvd.shutdown()   # what its exit handler would do; MPI is finalized
+    common.leave(exit_code)

@@ -14,7 +14,6 @@ them at its own world size, and this one from theirs.
 Hyperparameters: ``dtc_train.config`` (backend ``pytorch_single``).
 """
 
-import sys
 
 import torch
 
@@ -41,4 +40,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    common.leave(main())

@@ -21,8 +21,6 @@ Hyperparameters: ``dtc_train.config`` (backend ``tensorflow_horovod``). The loop
 checkpoint, learning-rate schedule, early stopping, non-finite loss) are ``dtc_train.loop``'s.
 """
 
-import sys
-
 # tf_env first: it selects Keras 2 before TensorFlow is imported; the import order below is kept.
 # isort: off
 from . import tf_env  # noqa: F401
@@ -171,4 +169,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    hvd.shutdown()   # what its exit handler would do; MPI is finalized
+    common.leave(exit_code)
