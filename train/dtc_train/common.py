@@ -32,8 +32,8 @@ def leave(exit_code: int) -> NoReturn:
     and stderr flushed, then ``os._exit``, without Python's interpreter teardown. By then the job
     has saved and closed everything it keeps (model, checkpoints, report, TensorBoard events) and
     a Horovod trainer has called ``hvd.shutdown()``; the teardown would only collect and free the
-    frameworks' objects (DALI's own exit handler runs a full garbage collection). It took 1.2 to
-    3.3 CPU-seconds per rank on a CPU host, 2.3 to 3.5 seconds of every job's wall time (2026-12-06,
+    frameworks' objects (DALI's own exit handler runs a full garbage collection). It took 2.3 to
+    3.7 CPU-seconds per rank on a CPU host, 2.3 to 3.5 seconds of every job's wall time (2026-12-06,
     docs/development.md), and a Gloo worker thread releasing a collective's tensor late can abort
     it with SIGABRT after a job that succeeded (pytorch/pytorch#179291, python/cpython gh-87135).
     A trainer that raised takes Python's own exit instead, which prints the traceback."""
