@@ -76,8 +76,17 @@ def remove_compose_containers() -> None:
 def run_sdk(tmp_path, api_env, *args: str, sdk: Path = SDK_V2) -> tuple[subprocess.CompletedProcess, dict]:
     image = IMAGE if "/" in IMAGE.split(":")[0] else f"localhost/{IMAGE}"
     program = PROGRAMS / ("sdk_v2_local.py" if sdk == SDK_V2 else "sdk_v3_local.py")
+    env = sdk_env(tmp_path, api_env, sdk)
+    if sdk == SDK_V3:
+        # SDK v3 names its compose project after its working directory, "work" in every test. Once
+        # podman 4.3 rotates its events log, an events stream replays the events the log kept
+        # (containers/podman#17665, fixed in podman 4.5), and docker-compose 1.29 ends the job on a
+        # replayed start of a container removed since ("'NoneType' object has no attribute
+        # 'log_stream'"): an earlier test's, under the same project name (make test of 908ebfc,
+        # 2026-12-06). A project of its own: compose's label filter leaves the others' events out.
+        env["COMPOSE_PROJECT_NAME"] = f"dtc-v3-{os.urandom(4).hex()}"
     done = subprocess.run([str(sdk), str(program), "--image", image, "--work", str(tmp_path / "work"), *args],
-                          env=sdk_env(tmp_path, api_env, sdk), capture_output=True, text=True, timeout=900)
+                          env=env, capture_output=True, text=True, timeout=900)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     return done, (json.loads(lines[-1]) if lines else {})
 
