@@ -15,7 +15,6 @@ Hyperparameters: ``dtc_train.config`` (backend ``pytorch_horovod``), ``allreduce
 among them.
 """
 
-
 import horovod
 import horovod.torch as hvd
 import torch

@@ -14,7 +14,6 @@ them at its own world size, and this one from theirs.
 Hyperparameters: ``dtc_train.config`` (backend ``pytorch_single``).
 """
 
-
 import torch
 
 from . import common, config, contract, dali_data, stop, torch_common
