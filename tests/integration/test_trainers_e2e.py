@@ -1,5 +1,6 @@
 """End to end: `train` runs each built-in trainer on 2 MPI ranks over the digits channels."""
 
+import getpass
 import json
 import os
 import re
@@ -40,12 +41,18 @@ def test_builtin_trainer_on_two_ranks(framework, model_files, digits_channels, t
     shutil.copy(PROGRAMS / "record_imports.py", root / "code" / "sitecustomize.py")
     imports = tmp_path / "imports"
     imports.mkdir()
-    result = run_train(root, env={"RECORD_IMPORTS_DIR": str(imports)})
+    scratch = tmp_path / "tmp"   # the ranks' TMPDIR
+    scratch.mkdir()
+    result = run_train(root, env={"RECORD_IMPORTS_DIR": str(imports), "TMPDIR": str(scratch)})
     assert result.returncode == 0, result.output[-4000:]
     assert result.succeeded and result.failure is None
     loaded = {record["rank"]: record["frameworks"] for record in map(read_json, imports.glob("*.json"))}
     module = {"pytorch": "torch", "tensorflow": "tensorflow"}[framework]
     assert loaded == {"0": [module], "1": [module]}, loaded
+    # The exit handlers ran (dtc_train.common.leave): TensorFlow's autograph removed the 18 modules
+    # per rank it had generated there. What stays is PyTorch's compile cache, kept on purpose.
+    left = {p.name for p in scratch.iterdir()}
+    assert left <= {f"torchinductor_{getpass.getuser()}"}, sorted(left)
 
     epochs = [(int(e), int(n), float(acc), int(s)) for e, n, acc, s in METRIC.findall(result.stdout)]
     assert [e for e, *_ in epochs] == list(range(1, EPOCHS + 1)), result.stdout[-3000:]

@@ -1,9 +1,8 @@
 """Copied into a job's code directory as ``sitecustomize.py`` (that directory is on every rank's
 ``PYTHONPATH``, so Python imports it as each process starts): at exit, a built-in trainer's process
 (one that imported ``dtc_train.observe``) writes which frameworks it had imported to
-``$RECORD_IMPORTS_DIR/<pid>.json``: ``{"rank": "0", "frameworks": ["torch"]}``. At its exit either
-way: Python's (``atexit``), or ``os._exit``, which the built-in trainers leave by once ``main``
-has returned (``dtc_train.common.leave``) and which runs no exit handler."""
+``$RECORD_IMPORTS_DIR/<pid>.json``: ``{"rank": "0", "frameworks": ["torch"]}``. An exit handler
+(``atexit``): the built-in trainers run them as they leave (``dtc_train.common.leave``)."""
 
 import atexit
 import json
@@ -22,11 +21,4 @@ def _record() -> None:
         json.dump({"rank": rank, "frameworks": [name for name in FRAMEWORKS if name in sys.modules]}, out)
 
 
-def _record_then_exit(code: int) -> None:
-    _record()
-    _exit(code)
-
-
-_exit = os._exit
-os._exit = _record_then_exit
 atexit.register(_record)

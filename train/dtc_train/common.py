@@ -1,5 +1,6 @@
 """What every built-in trainer shares: metric lines, logging, atomic files, weight digests."""
 
+import atexit
 import errno
 import hashlib
 import json
@@ -28,15 +29,20 @@ def emit(line: str) -> None:
 
 
 def leave(exit_code: int) -> NoReturn:
-    """Ends a trainer's process with ``exit_code`` once its ``main`` has returned: logging, stdout
-    and stderr flushed, then ``os._exit``, without Python's interpreter teardown. By then the job
-    has saved and closed everything it keeps (model, checkpoints, report, TensorBoard events) and
-    a Horovod trainer has called ``hvd.shutdown()``; the teardown would only collect and free the
-    frameworks' objects (DALI's own exit handler runs a full garbage collection). It took 2.3 to
-    3.7 CPU-seconds per rank on a CPU host, 2.3 to 3.5 seconds of every job's wall time (2026-12-06,
-    docs/development.md), and a Gloo worker thread releasing a collective's tensor late can abort
-    it with SIGABRT after a job that succeeded (pytorch/pytorch#179291, python/cpython gh-87135).
-    A trainer that raised takes Python's own exit instead, which prints the traceback."""
+    """Ends a trainer's process with ``exit_code`` once its ``main`` has returned: the exit
+    handlers (``atexit``) run, logging, stdout and stderr are flushed, then ``os._exit``, without
+    Python's interpreter teardown. By then the job has saved and closed everything it keeps
+    (model, checkpoints, report, TensorBoard events) and a Horovod trainer has called
+    ``hvd.shutdown()``; the teardown would only collect and free the frameworks' objects. It took
+    2.3 to 3.7 CPU-seconds per rank on a CPU host, 2.3 to 3.5 seconds of every job's wall time
+    (2026-12-06, docs/development.md), and a Gloo worker thread releasing a collective's tensor late
+    can abort it with SIGABRT after a job that succeeded (pytorch/pytorch#179291, python/cpython
+    gh-87135). The exit handlers cost no measurable time and clean up after the frameworks: TensorFlow's
+    autograph removes the modules it generated in the temporary directory (18 files per rank of the
+    digits job, left behind while this skipped them). ``atexit._run_exitfuncs`` is CPython's own
+    call for that (what ``Py_Finalize`` runs first). A trainer that raised takes Python's own exit
+    instead, which prints the traceback."""
+    atexit._run_exitfuncs()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
