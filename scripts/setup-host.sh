@@ -65,28 +65,17 @@ backend="$(podman info --format '{{.Host.NetworkBackend}}')"
 
 # The SageMaker Python SDKs (v2: Estimator; v3: ModelTrainer), each in its own environment: they
 # pin protobuf < 7 and packaging < 25, which the frameworks' environment does not allow. They
-# install in the background (downloads, mostly) while the frameworks install and Horovod compiles,
-# both at once: one after the other, they were a warm setup's last step (SDK v3's 276
-# distributions ready at +203 s, everything else at +165 s; 2026-12-06). pip compiles their
-# bytecode as it installs (SDK v3: 101 CPU-seconds, 63 without): where PYTHONDONTWRITEBYTECODE
-# is set (this machine's shells set it), Python would otherwise compile the modules an SDK imports in
-# every process (4.4 s to import SDK v3's ModelTrainer, against 1.8 s from bytecode).
-install_sdk() {   # install_sdk NAME VERSION: sagemaker==VERSION in $VENV/sdk-NAME
-  local sdk_venv="$VENV/sdk-$1"
-  log "SageMaker Python SDK $2 in $sdk_venv"
-  [ -x "$sdk_venv/bin/python" ] || python3 -m venv "$sdk_venv"
-  "$sdk_venv/bin/python" -m pip install -q "pip==$PIP_VERSION" "sagemaker==$2" \
-    && "$sdk_venv/bin/python" -m pip check
-}
+# install in the background (downloads, mostly) while the frameworks install and Horovod compiles.
 install_sdks() {
-  local v2 code=0
-  install_sdk v2 "$SAGEMAKER_SDK_V2_VERSION" > "$VENV/sdk-v2-install.log" 2>&1 &
-  v2=$!
-  install_sdk v3 "$SAGEMAKER_SDK_V3_VERSION" > "$VENV/sdk-v3-install.log" 2>&1 || code=$?
-  wait "$v2" || code=$?
-  cat "$VENV/sdk-v2-install.log" "$VENV/sdk-v3-install.log"
-  [ "$code" != 0 ] || log "SageMaker Python SDKs ready"
-  return "$code"
+  local sdk sdk_venv
+  for sdk in "v2:$SAGEMAKER_SDK_V2_VERSION" "v3:$SAGEMAKER_SDK_V3_VERSION"; do
+    sdk_venv="$VENV/sdk-${sdk%%:*}"
+    log "SageMaker Python SDK ${sdk#*:} in $sdk_venv"
+    [ -x "$sdk_venv/bin/python" ] || python3 -m venv "$sdk_venv"
+    "$sdk_venv/bin/python" -m pip install -q "pip==$PIP_VERSION" "sagemaker==${sdk#*:}" || return
+    "$sdk_venv/bin/python" -m pip check || return
+  done
+  log "SageMaker Python SDKs ready"
 }
 install_sdks > "$VENV/sdk-install.log" 2>&1 &
 sdks=$!
