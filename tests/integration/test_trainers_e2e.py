@@ -46,9 +46,12 @@ def test_builtin_trainer_on_two_ranks(framework, model_files, digits_channels, t
     result = run_train(root, env={"RECORD_IMPORTS_DIR": str(imports), "TMPDIR": str(scratch)})
     assert result.returncode == 0, result.output[-4000:]
     assert result.succeeded and result.failure is None
-    loaded = {record["rank"]: record["frameworks"] for record in map(read_json, imports.glob("*.json"))}
+    records = list(map(read_json, imports.glob("*.json")))
+    loaded = {record["rank"]: record["frameworks"] for record in records}
     module = {"pytorch": "torch", "tensorflow": "tensorflow"}[framework]
     assert loaded == {"0": [module], "1": [module]}, loaded
+    # nor pandas: tf-keras imports it only for pandas inputs to fit (dtc_train.tf_env keeps it out)
+    assert not any(record["pandas"] for record in records), records
     # The exit handlers ran (dtc_train.common.leave): TensorFlow's autograph removed the 18 modules
     # per rank it had generated there. What stays is PyTorch's compile cache, kept on purpose.
     left = {p.name for p in scratch.iterdir()}

@@ -1,7 +1,8 @@
 """Copied into a job's code directory as ``sitecustomize.py`` (that directory is on every rank's
 ``PYTHONPATH``, so Python imports it as each process starts): at exit, a built-in trainer's process
 (one that imported ``dtc_train.observe``) writes which frameworks it had imported to
-``$RECORD_IMPORTS_DIR/<pid>.json``: ``{"rank": "0", "frameworks": ["torch"]}``. An exit handler
+``$RECORD_IMPORTS_DIR/<pid>.json``, and whether it had imported pandas: ``{"rank": "0", "frameworks":
+["torch"], "pandas": false}``. An exit handler
 (``atexit``): the built-in trainers run them as they leave (``dtc_train.common.leave``)."""
 
 import atexit
@@ -18,7 +19,8 @@ def _record() -> None:
         return
     rank = os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("RANK", "?")
     with open(os.path.join(directory, f"{os.getpid()}.json"), "w") as out:
-        json.dump({"rank": rank, "frameworks": [name for name in FRAMEWORKS if name in sys.modules]}, out)
+        json.dump({"rank": rank, "frameworks": [name for name in FRAMEWORKS if name in sys.modules],
+                   "pandas": "pandas" in sys.modules}, out)
 
 
 atexit.register(_record)
