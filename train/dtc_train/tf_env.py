@@ -6,8 +6,9 @@ tf-keras imports pandas only to accept pandas objects in ``Model.fit``, and take
 as designed (``tf_keras/src/engine/data_adapter.py``: ``try: import pandas as pd`` / ``except
 ImportError: pd = None``). The built-in trainers give ``fit`` tf.data and DALI datasets, never
 pandas objects, and pandas' import (with pyarrow and scipy.sparse under it) was 0.57 s of the
-5.1 s ``import tensorflow`` takes in every TensorFlow rank (``python -X importtime``, an idle
-2-core machine, 2026-12-06). So pandas is made unimportable (``sys.modules["pandas"] = None``,
+5.1 s ``import tensorflow`` took in every TensorFlow rank (``python -X importtime`` on a 2-core
+machine running ``make test``, 2026-12-06; the trainer's import, alternated on the idle machine,
+took 0.32 s less this way, docs/performance.md). So pandas is made unimportable (``sys.modules["pandas"] = None``,
 the import system's own way of saying a module is absent) while TensorFlow and tf-keras load,
 and importable again right after: a later ``import pandas`` in the process loads it as usual.
 """
