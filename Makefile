@@ -42,7 +42,7 @@ CLUSTER_FRAMEWORK = $(if $(and $(filter file,$(origin FRAMEWORK)),$(filter multi
 PYTEST_ARGS ?=
 
 SETUP_STAMP := $(VENV)/.setup-complete
-SETUP_INPUTS := versions.env pyproject.toml scripts/setup-host.sh $(wildcard docker/*.sh docker/patches/*.patch docker/patches/*/*.patch)
+SETUP_INPUTS := versions.env pyproject.toml scripts/setup-host.sh $(wildcard docker/*.sh docker/*.cmake docker/patches/*.patch docker/patches/*/*.patch)
 
 .PHONY: setup image train cluster test test-unit test-fast lint push bench bench-gpu gpu-verify gpu-check clean
 

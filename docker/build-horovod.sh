@@ -15,7 +15,9 @@
 # The wheel is relocatable: its libraries find torch's, TensorFlow's (and on GPU the CUDA runtime's
 # and NCCL's) libraries through RUNPATH entries relative to themselves ($ORIGIN/../../<package>),
 # so one built in the host's venv works in the image's and `ldd` resolves them without
-# LD_LIBRARY_PATH. Debug information is stripped (about 100 MB less per library).
+# LD_LIBRARY_PATH. No debug information: Horovod's RelWithDebInfo build compiles without -g
+# (docker/horovod-toolchain.cmake, CMake's toolchain file for the build: the same code, a fifth less
+# compile), and what the libraries still carry is stripped.
 #
 # GPU flavor (FLAVOR=gpu): NCCL operations linked against the shared libnccl.so.2 of the
 # nvidia-nccl-cu12 wheel torch loads (HOROVOD_NCCL_LINK=SHARED; image-build.md pitfall 8), CUDA
@@ -48,6 +50,7 @@ key="$( {
     done
   fi
   echo "stripped"
+  cat "$DOCKER_DIR/horovod-toolchain.cmake"   # its content, not its path: the host's and the image's builds share a key
   cat "$DOCKER_DIR"/patches/*.patch
   if [ "$FLAVOR" = gpu ]; then cat "$DOCKER_DIR"/patches/gpu/*.patch; fi
 } | sha256sum | cut -c1-16)"
@@ -83,6 +86,7 @@ else
   export CXXFLAGS="$HARDENING_CFLAGS ${CXXFLAGS:-} -I$tf_include/external/highwayhash -I$tf_include/external/farmhash_archive/src"
   export "${build_flags[@]}" MAKEFLAGS="-j${HOROVOD_BUILD_JOBS:-$(nproc)}"
   export CMAKE_POLICY_VERSION_MINIMUM=3.5   # Gloo's cmake_minimum_required under CMake 4 (horovod #4310)
+  export CMAKE_TOOLCHAIN_FILE="$DOCKER_DIR/horovod-toolchain.cmake"   # RelWithDebInfo without -g
   nccl_link=""
   if [ "$FLAVOR" = gpu ]; then
     nccl_home="$("$PYTHON" -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])')"

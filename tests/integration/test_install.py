@@ -1,13 +1,15 @@
 """The installed stack matches versions.env, and Horovod was built with everything we ship."""
 
+import os
 import re
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
-from helpers import BIN, pins
+from helpers import BIN, REPO, pins
 
 
 @pytest.mark.parametrize("distribution, key", [
@@ -32,6 +34,23 @@ def test_horovod_check_build_lists_frameworks_and_controllers():
     out = subprocess.run([str(BIN / "horovodrun"), "--check-build"], capture_output=True, text=True, check=True).stdout
     for name in ("TensorFlow", "PyTorch", "MPI", "Gloo"):
         assert re.search(rf"\[X\] {name}\b", out), out
+
+
+def test_horovod_was_compiled_at_o3_without_debug_information():
+    """The log of the build this environment's Horovod came from (kept beside its wheel in the
+    cache entry docker/build-horovod.sh --print-key names): every C and C++ compile of Horovod and
+    its Gloo is -O3 (Horovod's RelWithDebInfo) without -g (docker/horovod-toolchain.cmake)."""
+    entry = subprocess.run([str(REPO / "docker" / "build-horovod.sh"), "--print-key"], capture_output=True, text=True,
+                           check=True, env={**os.environ, "PYTHON": sys.executable, "FLAVOR": "cpu"}).stdout.strip()
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dtc" / "horovod-wheels"
+    cache = os.environ.get("HOROVOD_WHEEL_CACHE", str(default))   # build-horovod.sh's; empty: no cache, no log
+    if not cache:
+        pytest.skip("HOROVOD_WHEEL_CACHE is empty: docker/build-horovod.sh kept no build log")
+    log = (Path(cache) / entry / "build.log").read_text()
+    compiles = [line.split() for line in log.splitlines() if re.search(r"\s-c\s\S+\.cc?$", line)]
+    assert len(compiles) > 100, log[-3000:]     # 143 in Horovod 0.28.1's CPU build
+    assert all("-O3" in flags and "-g" not in flags for flags in compiles), [
+        " ".join(flags) for flags in compiles if "-O3" not in flags or "-g" in flags][:3]
 
 
 def test_openmpi_is_the_pinned_4_1_with_orte():
