@@ -7,7 +7,9 @@
 # Cache: the built wheel is kept under $HOROVOD_WHEEL_CACHE/<key>/, where <key> hashes every input
 # that changes the binary (the pins, the patches, the build switches, the Python ABI and the
 # flavor), so a rebuild happens exactly when one of them changes. HOROVOD_WHEEL_CACHE= (empty)
-# disables it. The log of a build is kept next to its wheel. `--print-key` prints the entry's name.
+# disables it. The log of a build is kept next to its wheel. `--print-entry` prints the entry's
+# directory (nothing where the cache is disabled) and builds nothing: the one place callers
+# (scripts/build-image.sh, tests/integration/test_install.py) learn where the wheel and its log are.
 # HOROVOD_WHEEL_SEED names a read-only directory of such entries to take a wheel from first: the
 # image build gets the host setup's entry there (scripts/build-image.sh), so Horovod is compiled
 # once per machine, not once for the host and again for the image.
@@ -55,7 +57,10 @@ key="$( {
   if [ "$FLAVOR" = gpu ]; then cat "$DOCKER_DIR"/patches/gpu/*.patch; fi
 } | sha256sum | cut -c1-16)"
 cache_dir="$HOROVOD_WHEEL_CACHE/horovod-$HOROVOD_VERSION-$FLAVOR-$key"
-if [ "${1:-}" = --print-key ]; then echo "horovod-$HOROVOD_VERSION-$FLAVOR-$key"; exit 0; fi
+if [ "${1:-}" = --print-entry ]; then
+  [ -z "$HOROVOD_WHEEL_CACHE" ] || echo "$cache_dir"
+  exit 0
+fi
 
 wheel="$(find "$cache_dir" -maxdepth 1 -name 'horovod-*.whl' -print -quit 2>/dev/null || true)"
 [ -n "$HOROVOD_WHEEL_CACHE" ] || wheel=""
@@ -94,7 +99,7 @@ else
     [ -e "$nccl_home/lib/libnccl.so" ] || { ln -s libnccl.so.2 "$nccl_home/lib/libnccl.so"; nccl_link="$nccl_home/lib/libnccl.so"; }
     export HOROVOD_NCCL_HOME="$nccl_home" HOROVOD_CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
   fi
-  log "building (about 6 minutes on 2 cores, 8 for the GPU flavor); MAKEFLAGS=$MAKEFLAGS"
+  log "building (about 3 minutes on 2 idle cores, 7 for the GPU flavor); MAKEFLAGS=$MAKEFLAGS"
   start=$(date +%s)
   "$PYTHON" -m pip wheel -v --no-deps --no-build-isolation -w "$work/dist" "$src" > "$work/build.log" 2>&1 \
     || { tail -60 "$work/build.log" >&2; die "horovod build failed (log tail above)"; }

@@ -72,9 +72,8 @@ local_torch="$(find "${PIP_FIND_LINKS:-/opt/wheels}" -maxdepth 1 -name "torch-$T
 host_python="${VENV:-$REPO_DIR/.venv}/bin/python"
 horovod_entry=""
 if [ -x "$host_python" ]; then
-  entry="$(FLAVOR="$FLAVOR" PYTHON="$host_python" docker/build-horovod.sh --print-key)"
-  cached="${HOROVOD_WHEEL_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/dtc/horovod-wheels}/$entry"
-  [ -z "$(ls "$cached"/horovod-*.whl 2>/dev/null)" ] || horovod_entry="$cached"
+  cached="$(FLAVOR="$FLAVOR" PYTHON="$host_python" docker/build-horovod.sh --print-entry)"
+  [ -z "$cached" ] || [ -z "$(ls "$cached"/horovod-*.whl 2>/dev/null)" ] || horovod_entry="$cached"
   # shellcheck disable=SC2016  # expanded by the inner bash
   built_entries="$(FLAVOR="$FLAVOR" PYTHON="$host_python" bash -c \
     'source docker/lib.sh && echo "$DTC_WHEEL_CACHE" && mpi4py_entry && sagemaker_training_entry && dali_tf_plugin_entry')"
