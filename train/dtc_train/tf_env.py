@@ -1,4 +1,5 @@
-"""Imported first by the TensorFlow trainers: selects the Keras 2 API (``tf-keras``) before
+"""Imported first by the TensorFlow trainers and the parameter-server processes
+(``dtc_entrypoint.tf_server``): selects the Keras 2 API (``tf-keras``) before
 TensorFlow loads, quiets TensorFlow's C++ logging (see ``tensorflow_horovod``'s docstring
 for why Keras 2), and imports TensorFlow and tf-keras without pandas.
 
