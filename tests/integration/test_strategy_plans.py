@@ -3,6 +3,7 @@ unsorted instance_groups, heterogeneous groups), and the clear failures for bad 
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -12,7 +13,7 @@ import pytest
 from dtc_entrypoint import host_identity, launchers
 from dtc_entrypoint.errors import ConfigError
 from dtc_train import ps_channel
-from helpers import FIXTURES, free_port, read_json, run_train
+from helpers import FIXTURES, PROGRAMS, free_port, read_json, run_train
 
 HOSTS = ("algo-1", "algo-2")
 
@@ -104,29 +105,13 @@ def test_parameter_server_puts_the_chief_on_the_master_and_servers_everywhere(ma
     assert ps_channel.ps_tasks(cluster) == {"algo-1": 0, "algo-2": 1}
 
 
-# sitecustomize.py for a process whose imports a test reads as they happen: every module a
-# finder is asked for (the "import" audit event), appended to $IMPORTS_FILE once. A package made
-# unimportable with None in sys.modules (dtc_train.tf_env) is asked for too, but none of its
-# submodules is: a package really loaded imports its own.
-RECORD_IMPORTS_LIVE = """
-import os, sys
-seen = set()
-def record(event, args):
-    if event == "import" and args[0] not in seen:
-        seen.add(args[0])
-        with open(os.environ["IMPORTS_FILE"], "a") as out:
-            out.write(args[0] + "\\n")
-sys.addaudithook(record)
-"""
-
-
 def test_a_parameter_server_loads_tensorflow_as_the_trainers_do_without_keras_3_or_pandas(tmp_path):
     """``dtc_entrypoint.tf_server`` (every parameter server, and every worker of the
     parameter-server strategy) loads TensorFlow through ``dtc_train.tf_env`` also where
     TF_USE_LEGACY_KERAS is not set, as on this host (the image sets it): tf-keras, not Keras 3
     with scikit-learn, pandas and matplotlib under it, and no pandas. The imports are those the
-    server had made when it said that it served."""
-    (tmp_path / "sitecustomize.py").write_text(RECORD_IMPORTS_LIVE)
+    server had made when it said that it served (tests/programs/record_imports_live.py)."""
+    shutil.copy(PROGRAMS / "record_imports_live.py", tmp_path / "sitecustomize.py")
     imports = tmp_path / "imports.txt"
     env = {name: value for name, value in os.environ.items() if name != "TF_USE_LEGACY_KERAS"}
     env.update(PYTHONPATH=str(tmp_path), IMPORTS_FILE=str(imports), TF_CONFIG=json.dumps(
