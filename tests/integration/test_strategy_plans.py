@@ -136,6 +136,7 @@ def test_a_parameter_server_loads_tensorflow_as_the_trainers_do_without_keras_3_
     assert {"dtc_train", "tensorflow", "tf_keras"} <= loaded, sorted(loaded)
     assert not loaded & {"keras", "pandas", "sklearn", "matplotlib"}, sorted(loaded)
 
+
 def test_mpi_ranks_on_other_hosts_load_their_own_identity(make_job, tmp_path):
     plans = plans_on_every_host(make_job, tmp_path, {
         "sagemaker_program": "train.py", "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2})
