@@ -46,6 +46,16 @@ def test_ranks_agree_on_a_stop_only_at_the_agreement_steps():
     assert request.agreed(2 * stop.AGREE_EVERY_STEPS, lambda value: value) is None   # nobody asked
 
 
+def test_a_signal_during_training_is_noted_once_with_a_line_saying_when_it_arrived(capfd):
+    request = stop.StopRequest.__new__(stop.StopRequest)   # no handlers in the test process
+    request.signum, request.deferring = None, True
+    request._note(signal.SIGTERM, None)
+    request._note(signal.SIGINT, None)   # a second signal changes nothing: the first one stops the job
+    assert request.signum == signal.SIGTERM
+    assert capfd.readouterr().err == ("SIGTERM received: stopping after the step the ranks agree on, "
+                                      "with a checkpoint\n")
+
+
 def test_atomic_writes_are_staged_outside_the_directory_and_leave_nothing_behind(tmp_path):
     checkpoints = tmp_path / "checkpoints"
     seen_while_writing = []

@@ -55,7 +55,9 @@ class StopRequest:
 
     Until ``training_begins()`` there is nothing to save, so a stop ends the process at once
     with ``128 + signal``. From then on the signal is only noted: ``signum`` is the first one
-    received, or ``None``; call ``agreed(global_step, sum_over_ranks)`` at the same point of
+    received, or ``None``, and its arrival is one line on stderr (``SIGTERM received: ...``: a
+    Python handler runs when the main thread next runs Python, so the line also shows how long
+    a trainer's native call held the stop up); call ``agreed(global_step, sum_over_ranks)`` at the same point of
     every step on every rank.
     """
 
@@ -83,6 +85,10 @@ class StopRequest:
             os._exit(128 + signum)   # not SystemExit: library threads (DALI, Horovod) could hold the exit up
         if self.signum is None:
             self.signum = signum
+            # when the signal reached this process, against when the ranks act on it (one write:
+            # safe in a signal handler, unlike logging)
+            os.write(2, f"{signal.Signals(signum).name} received: stopping after the step the ranks agree on, "
+                        "with a checkpoint\n".encode())
 
     def agreed(self, global_step: int, sum_over_ranks: Callable[[float], float]) -> int | None:
         """The signal to stop for when any rank received one, else ``None``; the same answer on
