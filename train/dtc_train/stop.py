@@ -57,8 +57,8 @@ class StopRequest:
     with ``128 + signal``. From then on the signal is only noted: ``signum`` is the first one
     received, or ``None``, and its arrival is one line on stderr (``SIGTERM received: ...``: a
     Python handler runs when the main thread next runs Python, so the line also shows how long
-    a trainer's native call held the stop up); call ``agreed(global_step, sum_over_ranks)`` at the same point of
-    every step on every rank.
+    a trainer's native call held the stop up); call ``agreed(global_step, sum_over_ranks)`` at
+    the same point of every step on every rank.
     """
 
     def __init__(self) -> None:
@@ -85,8 +85,8 @@ class StopRequest:
             os._exit(128 + signum)   # not SystemExit: library threads (DALI, Horovod) could hold the exit up
         if self.signum is None:
             self.signum = signum
-            # when the signal reached this process, against when the ranks act on it (one write:
-            # safe in a signal handler, unlike logging)
+            # when this handler ran (the main thread's first Python after the signal), against when
+            # the ranks act on it; one write: safe in a signal handler, unlike logging
             os.write(2, f"{signal.Signals(signum).name} received: stopping after the step the ranks agree on, "
                         "with a checkpoint\n".encode())
 
