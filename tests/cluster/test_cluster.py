@@ -293,12 +293,14 @@ def stop_story(log: str) -> str:
 
 
 def check_stopped(log: str, result: dict, checkpoint_root) -> tuple[int, int]:
-    """Every host of a job stopped by ``stop_in_epoch_3`` exited 143 saying it was stopped, leaving a
+    """Every host of a job stopped by ``stop_in_epoch_3`` exited 143 saying it was stopped (and a
+    trainer process said it received the signal: ``dtc_train.stop.StopRequest``), leaving a
     checkpoint at ``checkpoint_root``/checkpoints. Returns its position (epochs done, steps of the
     next done)."""
     for host in HOSTS:
         assert result["hosts"][host]["exit_code"] == 143, (host, log[-4000:])
         assert "was stopped by SIGTERM" in result["hosts"][host]["failure"].splitlines()[0], (host, log[-4000:])
+    assert "SIGTERM received: stopping after the step the ranks agree on" in log, log[-4000:]   # the trainer's note
     position = checkpoint_position(checkpoint_root)
     assert position is not None and position >= (2, 0), (position, log[-4000:])
     return position
