@@ -396,13 +396,22 @@ def test_a_rank_killed_on_a_worker_host_ends_every_host_within_a_minute(case, tm
     assert not result["hosts"]["algo-1"]["model"] and not result["hosts"]["algo-2"]["model"]
 
 
+# The stuck-rank jobs' stall rule. The fault comes at step 30, 8 to 13 s after the start on the idle
+# machine (2026-12-07), so the rule's first chance, timeout plus grace after the start, is what the
+# job waits for. A wait costs little CPU under torchrun and MultiWorkerMirrored, but under mpirun
+# the four Horovod ranks keep both cores busy while they wait (the mpi job alone: 181
+# core-seconds with 60 s of grace, 121 with 30; torchrun 19 and 17; 2026-12-07).
+STUCK_TIMEOUT_S, STUCK_GRACE_S = 20, 30
+
+
 def _stuck_rank_job(tmp_path, case: str, rank: int = 3):
     """A two-host job of ``case`` whose ``rank`` (on algo-2) sleeps in step 30 (DTC_FAULT "stall=3600"),
-    every process alive, with a 20-s stall timeout and 60 s of start-up grace. Returns (seconds
-    from the later of the fault and the grace's end to the job's end, log, result.json's hosts)."""
+    every process alive, with the stall rule above. Returns (seconds from the later of the fault
+    and the grace's end to the job's end, log, result.json's hosts)."""
     job_file = tmp_path / "job.json"
     job_file.write_text(json.dumps({"environment": {"DTC_FAULT": f"rank={rank} step=30 stall=3600",
-                                                    "DTC_STALL_TIMEOUT_S": "20", "DTC_STALL_STARTUP_GRACE_S": "60"},
+                                                    "DTC_STALL_TIMEOUT_S": str(STUCK_TIMEOUT_S),
+                                                    "DTC_STALL_STARTUP_GRACE_S": str(STUCK_GRACE_S)},
                                     "peer_grace_s": 90}))
     started = time.time()
     done, result = run_cluster(tmp_path / "job", "--job-file", str(job_file), *STRATEGIES[case].cluster_args(),
@@ -410,7 +419,8 @@ def _stuck_rank_job(tmp_path, case: str, rank: int = 3):
     log = done.stdout + done.stderr
     [(stamp, stuck_rank, _)] = FAULT_LINE.findall(log)
     assert stuck_rank == str(rank)
-    took_s = time.time() - max(started + 80, datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    fault = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    took_s = time.time() - max(started + STUCK_TIMEOUT_S + STUCK_GRACE_S, fault)
     return took_s, log, result["hosts"]
 
 
@@ -427,7 +437,7 @@ def test_a_rank_stuck_on_a_worker_host_under_torchrun_ends_every_host_naming_it(
     algo-2's account; every host exits 5 within a bounded time and keeps its ranks' stacks in
     output/data/forensics/stacks, and the master copies algo-2's beside its own."""
     took_s, log, hosts = _stuck_rank_job(tmp_path, "torchrun-ddp")
-    assert took_s < 20 + 60, log[-4000:]
+    assert took_s < STUCK_TIMEOUT_S + 60, log[-4000:]
     assert {host: hosts[host]["exit_code"] for host in hosts} == {"algo-1": 5, "algo-2": 5}, log[-4000:]
     culprit = (r"stalled \d+ s: rank 3 on algo-2 is in fault\.py:\d+ \(stuck\) while rank 2 on algo-2 waits in "
                r"(all_reduce|backward) at \w+\.py:\d+ \(\w+\)")
@@ -444,7 +454,7 @@ def test_a_worker_stuck_on_a_worker_host_under_multi_worker_mirrored_ends_every_
     its worker's: both failure files name rank 1 on algo-2 in dtc_train.fault.stuck, both hosts
     exit 5 within a bounded time, each keeping its worker's stacks, the master algo-2's too."""
     took_s, log, hosts = _stuck_rank_job(tmp_path, "multi-worker-mirrored", rank=1)
-    assert took_s < 20 + 60, log[-4000:]
+    assert took_s < STUCK_TIMEOUT_S + 60, log[-4000:]
     assert {host: hosts[host]["exit_code"] for host in hosts} == {"algo-1": 5, "algo-2": 5}, log[-4000:]
     culprit = r"stalled \d+ s: rank 1 on algo-2 is in fault\.py:\d+ \(stuck\)"
     assert re.match(culprit, hosts["algo-2"]["failure"]), log[-4000:]
@@ -460,7 +470,7 @@ def test_a_rank_stuck_on_a_worker_host_under_mpi_is_named_with_every_hosts_stack
     did not submit. The master's failure names rank 3 on algo-2 in dtc_train.fault.stuck while the
     others wait, and keeps all four ranks' stacks; algo-2 fails too, within a bounded time."""
     took_s, log, hosts = _stuck_rank_job(tmp_path, "mpi-pytorch")
-    assert took_s < 20 + 60, log[-4000:]
+    assert took_s < STUCK_TIMEOUT_S + 60, log[-4000:]
     assert hosts["algo-1"]["exit_code"] == 5 and hosts["algo-2"]["exit_code"] != 0, log[-4000:]
     assert re.match(r"stalled \d+ s: rank 3 on algo-2 is in fault\.py:\d+ \(stuck\) while ranks 0-2 on algo-1, "
                     r"algo-2 wait in \w+ at \w+\.py:\d+ \(.*\); Horovod's stall inspector: rank 3 did not submit \S+ "
