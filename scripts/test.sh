@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make test` (what CI's .ci/run calls): every phase, each timed, a table of the times at the end
-# (also build/test-phases.json), and the exit code of the first phase that failed. Every test
+# with the machine's busy core-seconds and its speed before and after the tiers (also
+# build/test-phases.json), and the exit code of the first phase that failed. Every test
 # tier runs even when an earlier one failed, so one run shows everything that is broken.
 #
 #   setup        scripts/setup-host.sh when its inputs changed (make setup)
@@ -43,6 +44,24 @@ rm -f build/junit-*.xml
 wants() { [[ "$PHASES" == *" $1 "* ]]; }
 free_gb() { df -P -BG "$REPO_DIR" | awk 'NR == 2 {print $4 + 0}'; }   # where the images and tests' files live
 free_at_start_gb="$(free_gb)"
+# The machine's busy CPU time so far, in core-seconds (/proc/stat's first line: every state but
+# idle and iowait; machine-wide, so the containers' processes count too).
+busy_core_s() { awk -v hz="$(getconf CLK_TCK)" 'NR == 1 {print int(($2+$3+$4+$7+$8+$9) / hz); exit}' /proc/stat; }
+busy_at_start="$(busy_core_s)"
+# The machine's speed, measured on the idle machine before the tiers and after them where a tier
+# runs (bench/machine_speed.py: A8's bare loop on one core, about 10 s): the same suite's minutes
+# doubled on a day this project's machine ran at half speed (docs/development.md).
+speed() {   # speed WHEN: appends "WHEN images/s" (or "WHEN n/a") to $state/speed
+  local out rate=n/a
+  if out="$("$PYTHON" bench/machine_speed.py 2> "$state/speed.err")"; then
+    rate="$("$PYTHON" -c 'import json, sys; print(json.loads(sys.argv[1])["bare_loop_images_per_s"])' "$out")"
+  else
+    echo "the machine's speed was not measured: $(tail -c 300 "$state/speed.err")" >&2
+  fi
+  echo "$1 $rate" >> "$state/speed"
+}
+measure_speed=0
+if wants integration || wants cluster; then measure_speed=1; fi
 
 pytest_tier() {   # pytest_tier NAME WORKERS PATH...: one tier, its slowest tests listed, its JUnit XML kept
   local name="$1" workers="$2"; shift 2
@@ -115,6 +134,7 @@ images() {   # podman's image phases asked for, then Docker's; writes $state/pod
 setup_code=0
 if wants setup; then phase setup || { setup_code=$?; echo "setup failed: nothing else can run" >&2; }; fi
 if [ "$setup_code" = 0 ]; then
+  if [ "$measure_speed" = 1 ]; then speed before; fi
   builder=""
   if wants image || wants docker-image || wants gpu-image; then
     images > build/images.log 2>&1 &
@@ -145,6 +165,7 @@ if [ "$setup_code" = 0 ]; then
     printf '\n===== the rest of the image build (build/images.log) =====\n'
     tail -c +"$((printed + 1))" build/images.log
   fi
+  if [ "$measure_speed" = 1 ]; then speed after; fi
 fi
 
 first_failure=0
@@ -158,7 +179,22 @@ while read -r name seconds code free; do
   if [ "$code" != 0 ] && [ "$first_failure" = 0 ]; then first_failure=$code; fi
 done < <(cat "$state/rows" 2>/dev/null)
 printf '%-12s %8d %8.1f\n' "wall clock" "$SECONDS" "$(awk -v s="$SECONDS" 'BEGIN { print s / 60 }')"
-printf '%s]\n' "${json%,}" > build/test-phases.json
+core_s=$(( $(busy_core_s) - busy_at_start ))
+cores="$(nproc)"
+busy_pct="$(awk -v c="$core_s" -v s="$SECONDS" -v n="$cores" 'BEGIN { printf "%d", (s > 0 ? 100 * c / (s * n) : 0) }')"
+printf 'the machine: %d core-seconds busy in those %d s, %s %% of its %d cores (/proc/stat)\n' \
+  "$core_s" "$SECONDS" "$busy_pct" "$cores"
+speed_text="" speed_json=""
+while read -r when rate; do
+  speed_text+="$rate $when, "
+  speed_json+="\"$when\": $([ "$rate" = n/a ] && echo null || echo "$rate"), "
+done < <(cat "$state/speed" 2>/dev/null)
+if [ -n "$speed_text" ]; then
+  printf "its speed (bench/machine_speed.py: A8's bare loop on one core, training images/s): %s the tiers\n" \
+    "${speed_text%, }"
+fi
+printf '{"phases": %s], "wall_clock_s": %d, "busy_core_s": %d, "cores": %d, "bare_loop_images_per_s": {%s}}\n' \
+  "${json%,}" "$SECONDS" "$core_s" "$cores" "${speed_json%, }" > build/test-phases.json
 # The failed tests of every tier by name (a log cut in its middle still names them), then every
 # tier's counts in one closing line, in pytest's own summary format (a reader of the log that
 # takes its last pytest summary line gets the whole run, not the last tier's).
