@@ -49,14 +49,14 @@ free_at_start_gb="$(free_gb)"
 busy_core_s() { awk -v hz="$(getconf CLK_TCK)" 'NR == 1 {print int(($2+$3+$4+$7+$8+$9) / hz); exit}' /proc/stat; }
 busy_at_start="$(busy_core_s)"
 # The machine's speed, measured on the idle machine before the tiers and after them where a tier
-# runs (bench/machine_speed.py: A8's bare loop on one core, about 10 s): the same suite's minutes
-# doubled on a day this project's machine ran at half speed (docs/development.md).
+# runs (bench/machine_speed.py: A8's bare loop on one core, about 10 s): this project's shared
+# machines have run the same jobs at half speed for hours (docs/development.md, 2026-12-07).
 speed() {   # speed WHEN: appends "WHEN images/s" (or "WHEN n/a") to $state/speed
   local out rate=n/a
-  if out="$("$PYTHON" bench/machine_speed.py 2> "$state/speed.err")"; then
+  if out="$(timeout 120 "$PYTHON" bench/machine_speed.py 2> "$state/speed.err")"; then
     rate="$("$PYTHON" -c 'import json, sys; print(json.loads(sys.argv[1])["bare_loop_images_per_s"])' "$out")"
   else
-    echo "the machine's speed was not measured: $(tail -c 300 "$state/speed.err")" >&2
+    echo "the machine's speed was not measured (bench/machine_speed.py failed or ran past 120 s): $(tail -c 300 "$state/speed.err")" >&2
   fi
   echo "$1 $rate" >> "$state/speed"
 }
