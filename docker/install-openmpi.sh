@@ -9,7 +9,13 @@
 # OPENMPI_DEV=0 installs only what runs jobs (no headers, no mpicc, hence no compiler).
 # The wrapper at $BIN_DIR/mpirun adds --allow-run-as-root (containers run as root, as in AWS's
 # DLC images) and defaults binding/mapping to none/slot (the DLC's openmpi-mca-params.conf);
-# a caller's own OMPI_MCA_* values win. It replaces a network interface named on its command line
+# a caller's own OMPI_MCA_* values win. On a host with no GPU (no /dev/nvidia<N> in the container)
+# it sets OMPI_MCA_mpi_yield_when_idle=1, as train's launch plan does with -mca for its own mpirun
+# (dtc_entrypoint/launch_mpi.py): every other mpirun, SageMaker SDK v3's MPI() driver's and a user's
+# own, gets ranks that yield their core while they wait in MPI instead of spinning on it (OpenMPI
+# yields by default only with more ranks than slots; docs/performance.md); mpirun passes the
+# variable to every rank, on every host. A caller's variable or `-mca mpi_yield_when_idle` wins.
+# It replaces a network interface named on its command line
 # that the container lacks (SDK v3's MPI driver: ethwe) with one it has, with a warning. And it
 # gives the SageMaker SDK's MPI() driver the ranks it asked for: that driver (sagemaker-train,
 # container_drivers/distributed_drivers/mpi_utils.py, get_mpirun_command; the SDK v2 ModelTrainer's
@@ -37,7 +43,8 @@ mkdir -p "$BIN_DIR"
 cat > "$BIN_DIR/mpirun" <<'WRAPPER'
 #!/bin/sh
 # mpirun wrapper written by docker/install-openmpi.sh: runs as root, binding none, mapping by slot,
-# and replaces a network interface that this container does not have, named in
+# ranks that yield while they wait on a host with no GPU, and replaces a network interface that
+# this container does not have, named in
 # `-mca btl_tcp_if_include|oob_tcp_if_include NAME` or `-x NCCL_SOCKET_IFNAME=NAME` (SageMaker SDK
 # v3's MPI driver names `ethwe`, which only SageMaker's own hosts have), with one it has: eth0,
 # else the first interface that is up (what train's launchers do: dtc_entrypoint.fabric); and
@@ -46,6 +53,11 @@ cat > "$BIN_DIR/mpirun" <<'WRAPPER'
 : "${OMPI_MCA_hwloc_base_binding_policy:=none}"
 : "${OMPI_MCA_rmaps_base_mapping_policy:=slot}"
 export OMPI_MCA_hwloc_base_binding_policy OMPI_MCA_rmaps_base_mapping_policy
+# no GPU here: ranks waiting in MPI yield their core (docker/install-openmpi.sh says why)
+if ! ls /dev/nvidia[0-9]* > /dev/null 2>&1; then
+  : "${OMPI_MCA_mpi_yield_when_idle:=1}"
+  export OMPI_MCA_mpi_yield_when_idle
+fi
 
 # NAME[,NAME...] when one of them exists here (or the value is not a list of plain names:
 # subnets, NCCL's ^ and = forms), else the fallback interface.

@@ -176,12 +176,17 @@ def test_sdk_v3_drivers_run_on_a_two_host_cluster_as_on_sagemaker(driver, digits
     resourceconfig says) runs the SDK's sm_train.sh in the image with the code and data channels,
     as a SageMaker job would. The SDK's MPI driver passes `-np` = processes per host (2) with
     `--host algo-1:2,algo-2:2`; the image's mpirun runs 2 on each host as asked (with a warning
-    naming the SDK's bug), as Torchrun does."""
+    naming the SDK's bug), as Torchrun does, and its ranks on these hosts with no GPU yield while
+    they wait in MPI, on both hosts (the driver's own mpirun command does not ask it)."""
 
     source = tmp_path / "src"
     source.mkdir()
     trainer = "pytorch_horovod" if driver == "mpi" else "pytorch_ddp"
-    (source / "train.py").write_text(f"from dtc_train.{trainer} import main\n\nraise SystemExit(main())\n")
+    (source / "train.py").write_text(
+        "import os, socket\n"
+        "print(f\"mpi_yield_when_idle={os.environ.get('OMPI_MCA_mpi_yield_when_idle')} on {socket.gethostname()}\","
+        " flush=True)\n"
+        f"from dtc_train.{trainer} import main\n\nraise SystemExit(main())\n")
     made = subprocess.run([str(SDK_V3), str(PROGRAMS / "sdk_v3_drivers.py"), str(tmp_path / "sm_drivers"),
                            "--driver", driver, "--source-dir", str(source)],
                           capture_output=True, text=True, timeout=120)
@@ -203,6 +208,8 @@ def test_sdk_v3_drivers_run_on_a_two_host_cluster_as_on_sagemaker(driver, digits
     world_size = 4
     if driver == "mpi":
         assert "running 4 processes, 2 on each of the 2 hosts" in log, log[-4000:]
+        yielding = sorted(re.findall(r"mpi_yield_when_idle=(\S+) on (algo-\d)", log))
+        assert yielding == [("1", "algo-1"), ("1", "algo-1"), ("1", "algo-2"), ("1", "algo-2")], log[-4000:]
     digests = {int(rank): digest for rank, size, digest in DIGEST.findall(log) if int(size) == world_size}
     assert sorted(digests) == list(range(world_size)) and len(set(digests.values())) == 1, log[-4000:]
     ranks_on = {host: re.findall(rf"rank (\d+)/{world_size} .*\(host {host}\)", log) for host in ("algo-1", "algo-2")}

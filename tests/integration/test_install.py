@@ -58,9 +58,14 @@ def test_openmpi_is_the_pinned_4_1_with_orte():
 
 
 def test_mpirun_wrapper_runs_a_job_as_root_with_our_defaults():
+    """Binding none, and on this host with no GPU, ranks that yield while they wait in MPI
+    (OMPI_MCA_mpi_yield_when_idle=1, passed to every rank), unless the caller set it."""
     assert "--allow-run-as-root" in (BIN / "mpirun").read_text()
-    done = subprocess.run([str(BIN / "mpirun"), "-np", "2", "sh", "-c",
-                           "echo $OMPI_COMM_WORLD_RANK $OMPI_MCA_hwloc_base_binding_policy"],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert sorted(done.stdout.split("\n")[:2]) == ["0 none", "1 none"]
+    assert not list(Path("/dev").glob("nvidia[0-9]*")), "this test is for a host with no GPU"
+    ranks = "echo $OMPI_COMM_WORLD_RANK $OMPI_MCA_hwloc_base_binding_policy ${OMPI_MCA_mpi_yield_when_idle:-unset}"
+    for caller, yield_when_idle in (({}, "1"), ({"OMPI_MCA_mpi_yield_when_idle": "0"}, "0")):
+        env = {k: v for k, v in os.environ.items() if k != "OMPI_MCA_mpi_yield_when_idle"} | caller
+        done = subprocess.run([str(BIN / "mpirun"), "-np", "2", "sh", "-c", ranks],
+                              capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+        assert sorted(done.stdout.split("\n")[:2]) == [f"0 none {yield_when_idle}", f"1 none {yield_when_idle}"]
