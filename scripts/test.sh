@@ -22,7 +22,8 @@
 # The images are built in the background while lint, unit and integration run (they need no
 # image; the build is mostly downloads and layer commits): podman's first, then Docker's. The
 # cluster tier starts once podman's are built (their log printed then) and integration is done;
-# Docker's build goes on beside it, and the tests that need it run last and wait for it.
+# Docker's build goes on beside it where it has not ended, and the tests that need it then run
+# last and wait for it.
 #
 # Env: TEST_PHASES (default all of the above; e.g. "lint unit" for a quick run), PYTEST_ARGS
 # (added to every pytest run), INTEGRATION_WORKERS / CLUSTER_WORKERS (pytest-xdist processes per
@@ -67,8 +68,14 @@ pytest_tier() {   # pytest_tier NAME WORKERS PATH...: one tier, its slowest test
   local name="$1" workers="$2"; shift 2
   local parallel=()
   [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadgroup)
-  local docker_file="" rebuilds=()
+  local docker_file="" docker_built="" status image_built rebuilds=()
   if wants docker-image; then docker_file="$state/docker-image"; fi
+  # Docker's build already ended with its image: named, so its tests neither wait nor go last
+  # (tests/conftest.py); the file, for a build still running or one that failed or never ran.
+  if [ -n "$docker_file" ] && [ -s "$docker_file" ]; then
+    read -r status image_built < "$docker_file"
+    [ "$status" = built ] && docker_built="$image_built"
+  fi
   # The builds of the cluster and GPU tiers (the buildspec's, make's image prerequisite) rebuild
   # what this run's image phases built, from the same checkout: every step comes from the layer
   # cache and they write next to nothing, so build-image.sh's refusal below 30 GB free, which is
@@ -76,7 +83,7 @@ pytest_tier() {   # pytest_tier NAME WORKERS PATH...: one tier, its slowest test
   # buildspec test's third build refused so (exit 3), the first two having passed the same check.
   case "$name" in cluster|gpu) wants image && rebuilds=("IMAGE_BUILD_FREE_GB=${IMAGE_BUILD_FREE_GB:-1}") ;; esac
   DTC_IMAGE="$IMAGE" DTC_GPU_IMAGE="$(cat "$state/gpu-image" 2>/dev/null)" \
-    DTC_DOCKER_IMAGE="" DTC_DOCKER_IMAGE_FILE="$docker_file" env "${rebuilds[@]}" \
+    DTC_DOCKER_IMAGE="$docker_built" DTC_DOCKER_IMAGE_FILE="$docker_file" env "${rebuilds[@]}" \
     "$PYTHON" -m pytest "$@" "${parallel[@]}" --durations=15 --junitxml="build/junit-$name.xml" "${pytest_args[@]}"
 }
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dtc_local import job_tree
-from helpers import deal_out
+from helpers import handout_order
 
 TIERS = ("unit", "integration", "cluster", "image", "gpu")
 
@@ -36,15 +36,12 @@ def pytest_collection_modifyitems(config, items):
         tier = Path(item.fspath).relative_to(tests_dir).parts[0]
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
-    # pytest-xdist hands tests out in this order. The SDKs' local-mode jobs run one at a time
-    # (tests/cluster/test_sdk_local.py holds a lock): dealt out among the other tests, not in a
-    # row, so that a worker seldom waits for another's. In a row near the end, as collected, two of
-    # the three workers waited, and the cores were 22 to 48 % idle in the tier's last 4 minutes
-    # (make test of 7e091d0, 2026-12-05). Tests marked docker (tests/cluster/test_docker.py) go
-    # last, in their order: they wait for make test's Docker image build, which may still run when
-    # the cluster tier starts (helpers.docker_image).
-    items[:] = deal_out(items, lambda item: "docker_api" in item.fixturenames)
-    items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
+    # pytest-xdist hands tests out in this order (helpers.handout_order). Tests marked docker
+    # (tests/cluster/test_docker.py) wait for make test's Docker image build (helpers.docker_image):
+    # it still runs when the tier starts where DTC_DOCKER_IMAGE_FILE is set and scripts/test.sh has
+    # not named its image in DTC_DOCKER_IMAGE.
+    docker_build_running = bool(os.environ.get("DTC_DOCKER_IMAGE_FILE")) and not os.environ.get("DTC_DOCKER_IMAGE")
+    items[:] = handout_order(items, docker_build_running)
     if gpu_available():
         return
     skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine (runs on the lent GPU machine)")

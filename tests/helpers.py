@@ -598,6 +598,25 @@ def deal_out(items: list, one_at_a_time) -> list:
     return dealt   # (n + 0.5) * gap < len(rest) for every n: each one is placed
 
 
+ONE_AT_A_TIME = ("docker_api", "sdk_local_docker")   # the fixtures that hold one exclusive lock each
+
+
+def handout_order(items: list, docker_build_running: bool) -> list:
+    """The order pytest-xdist hands ``items`` out in (tests/conftest.py). The SDKs' local-mode jobs
+    run one at a time, on podman's Docker API and on Docker's engine (``ONE_AT_A_TIME``): each kind
+    dealt out among the other tests (``deal_out``), so that a worker seldom waits for another's. In
+    a row near the end, as collected, two of the three workers waited, and the cores were 22 to 48 %
+    idle in the tier's last 4 minutes (make test of 7e091d0, 2026-12-05). Tests marked docker go last,
+    in their order, only while ``docker_build_running``: they would wait for the build. Last once it
+    had ended, Docker's four SDK jobs ran in a row and the cores were 55 % idle in the tier's last 3
+    minutes (a new machine's run of 0d5474b, 2026-12-07)."""
+    for lock in ONE_AT_A_TIME:
+        items = deal_out(items, lambda item, lock=lock: lock in item.fixturenames)
+    if docker_build_running:
+        items = sorted(items, key=lambda item: item.get_closest_marker("docker") is not None)
+    return items
+
+
 SDK_V2 = REPO / ".venv" / "sdk-v2" / "bin" / "python"
 SDK_V3 = REPO / ".venv" / "sdk-v3" / "bin" / "python"
 

@@ -31,8 +31,8 @@ from helpers import (
     sdk_env,
 )
 
-# docker: tests/conftest.py runs these last in their session, so that the pytest-xdist workers
-# start on other tests while make test's Docker image build may still run (helpers.docker_image)
+# docker: while make test's Docker image build still runs when the tier starts, tests/conftest.py
+# runs these last, so that the pytest-xdist workers start on other tests (helpers.docker_image)
 pytestmark = [pytest.mark.image, pytest.mark.docker]
 
 
@@ -46,6 +46,15 @@ def image() -> str:
 def engine(image) -> dict[str, str]:
     """This process's environment with the project's Docker engine in DOCKER_HOST and DOCKER."""
     return {**os.environ, **docker_env()}
+
+
+@pytest.fixture
+def sdk_local_docker():
+    """Holds ``exclusive("sdk-local-docker")`` while the test runs: the SDKs' compose projects and
+    networks have fixed names, so two of their jobs on one engine meet (tests/conftest.py deals the
+    tests that take it out among the others)."""
+    with exclusive("sdk-local-docker"):
+        yield
 
 
 def test_the_image_docker_built_is_the_one_buildah_built(engine, image):
@@ -110,26 +119,25 @@ time.sleep(30)
 @pytest.mark.parametrize("sdk", [SDK_V2, SDK_V3], ids=["sdk-v2", "sdk-v3"])
 @pytest.mark.parametrize("instance_count", [1, 2])
 def test_sdk_local_mode_reports_a_failed_job_as_failed_with_docker(engine, image, sdk, instance_count,
-                                                                   digits_channels, tmp_path):
+                                                                   digits_channels, sdk_local_docker, tmp_path):
     source = tmp_path / "src"
     source.mkdir()
     (source / "train.py").write_text(FAILING_SCRIPT)
     program, style = (("sdk_v2_local.py", ["--estimator", "pytorch"]) if sdk == SDK_V2
                       else ("sdk_v3_local.py", ["--driver", "torchrun"]))
-    with exclusive("sdk-local-docker"):   # the SDKs' compose projects and networks have fixed names
-        done = subprocess.run([str(sdk), str(PROGRAMS / program), "--image", image, "--work",
-                               str(tmp_path / "work"), *style, "--source-dir", str(source), "--instance-count",
-                               str(instance_count), "--epochs", "1", "--data", str(digits_channels)],
-                              env=sdk_env(tmp_path, {"DOCKER_HOST": engine["DOCKER_HOST"]}, sdk),
-                              capture_output=True, text=True, timeout=900)
-        # docker-compose leaves exited containers, each pinning its image: this job's go (only its
-        # own: the compose file is under tmp_path; make cluster's run on another worker meanwhile)
-        listed = container("ps", "-a", "--filter", "label=com.docker.compose.project", "--format",
-                           '{{.ID}} {{.Label "com.docker.compose.project.working_dir"}}', env=engine)
-        listed = listed.stdout.splitlines()
-        left = [line.split()[0] for line in listed if line.partition(" ")[2].startswith(str(tmp_path))]
-        if left:
-            container("rm", "-f", *left, env=engine)
+    done = subprocess.run([str(sdk), str(PROGRAMS / program), "--image", image, "--work",
+                           str(tmp_path / "work"), *style, "--source-dir", str(source), "--instance-count",
+                           str(instance_count), "--epochs", "1", "--data", str(digits_channels)],
+                          env=sdk_env(tmp_path, {"DOCKER_HOST": engine["DOCKER_HOST"]}, sdk),
+                          capture_output=True, text=True, timeout=900)
+    # docker-compose leaves exited containers, each pinning its image: this job's go (only its
+    # own: the compose file is under tmp_path; make cluster's run on another worker meanwhile)
+    listed = container("ps", "-a", "--filter", "label=com.docker.compose.project", "--format",
+                       '{{.ID}} {{.Label "com.docker.compose.project.working_dir"}}', env=engine)
+    listed = listed.stdout.splitlines()
+    left = [line.split()[0] for line in listed if line.partition(" ")[2].startswith(str(tmp_path))]
+    if left:
+        container("rm", "-f", *left, env=engine)
     log = done.stdout + done.stderr
     assert done.returncode != 0, log[-6000:]              # the SDK raised: the job failed, and it says so
     # the containers' output (compose prefixes each line with the host's container; the SDK's own
