@@ -608,8 +608,8 @@ def handout_order(items: list, docker_build_running: bool) -> list:
     a row near the end, as collected, two of the three workers waited, and the cores were 22 to 48 %
     idle in the tier's last 4 minutes (make test of 7e091d0, 2026-12-05). Tests marked docker go last,
     in their order, only while ``docker_build_running``: they would wait for the build. Last once it
-    had ended, Docker's four SDK jobs ran in a row and the cores were 55 % idle in the tier's last 3
-    minutes (a new machine's run of 0d5474b, 2026-12-07)."""
+    had ended, Docker's four SDK jobs ran in a row and the cores were 70 % idle in the tier's last 70
+    seconds (a new machine's run of 0d5474b, 2026-12-07)."""
     for lock in ONE_AT_A_TIME:
         items = deal_out(items, lambda item, lock=lock: lock in item.fixturenames)
     if docker_build_running:
