@@ -21,7 +21,8 @@
 #               the lock since the flavor's previous release, printed and kept as
 #               $RELEASE_DIR/lock-changes-<flavor>.txt (entrypoint/dtc_local/lock_diff.py), and both
 #               files pushed as a two-file image (FROM scratch) tagged <immutable tag>-files and
-#               <flavor>-files-latest, where the next release reads the previous lock
+#               <flavor>-files-latest, where the next release reads the previous lock (it pulls that
+#               image, reads it and removes it from the engine's store again)
 #
 # Env: REGION (default $AWS_REGION, then $AWS_DEFAULT_REGION), REPOSITORY (default dtc),
 # FLAVORS (space-separated; default cpu), GIT_SHA (default $CODEBUILD_RESOLVED_SOURCE_VERSION,
@@ -81,7 +82,7 @@ tag_exists() {  # tag_exists REPOSITORY_URI TAG: 0 when it exists, 1 when not; d
 # The SBOM and lock of dtc:FLAVOR into the release: artifacts, the lock's changes since the previous
 # release (the registry's FLAVOR-files-latest), and the two files as an image of their own.
 publish_files() {  # publish_files REPOSITORY_URI FLAVOR TAG REVISION
-  local target="$1" flavor="$2" tag="$3" revision="$4" files work id
+  local target="$1" flavor="$2" tag="$3" revision="$4" files work id previous
   work="$(mktemp -d)"
   files="$work/files"
   scripts/image-files.sh "dtc:$flavor" "$files" || die "dtc:$flavor has no /opt/dtc/sbom.cdx.json or requirements.lock"
@@ -92,8 +93,12 @@ publish_files() {  # publish_files REPOSITORY_URI FLAVOR TAG REVISION
     id="$("$engine" create "$target:$flavor-files-latest" none)"
     "$engine" cp "$id:/requirements.lock" "$work/previous.lock"
     "$engine" rm "$id" > /dev/null
-    log "requirements.lock of $flavor, changes since the previous release" \
-        "($(label "$target:$flavor-files-latest" org.opencontainers.image.revision)):"
+    previous="$(label "$target:$flavor-files-latest" org.opencontainers.image.revision)"
+    # read, not kept: the tag moves to this release's files below, which would leave the previous
+    # release's image in the engine's store with no name, one more at every release
+    "$engine" rmi "$target:$flavor-files-latest" > /dev/null \
+      || log "warning: $target:$flavor-files-latest stays in the engine's store (rmi failed)"
+    log "requirements.lock of $flavor, changes since the previous release ($previous):"
     python3 entrypoint/dtc_local/lock_diff.py "$work/previous.lock" "$files/requirements.lock" \
       | tee "$RELEASE_DIR/lock-changes-$flavor.txt" | sed 's/^/[release]   /' >&2
   else

@@ -484,12 +484,13 @@ def flavor_image(flavor: str) -> str:
     return IMAGES[flavor]
 
 
-def container(*argv: str, timeout_s: float = 900, check: bool = False,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def container(*argv: str, timeout_s: float = 900, check: bool = False, env: dict[str, str] | None = None,
+              cwd: Path | None = None) -> subprocess.CompletedProcess:
     """``docker``/``podman`` ``argv`` (scripts/container.sh picks the engine: Docker where ``env``'s
-    DOCKER_HOST and DOCKER name one that answers, as ``docker_env`` gives; this process's by default)."""
+    DOCKER_HOST and DOCKER name one that answers, as ``docker_env`` gives; this process's by default),
+    run in ``cwd`` (default this process's)."""
     return subprocess.run([CONTAINER, *argv], capture_output=True, text=True, timeout=timeout_s, check=check,
-                          env=env)
+                          env=env, cwd=cwd)
 
 
 def run_job_in(image: str, root: Path, timeout_s: float = 900) -> subprocess.CompletedProcess:

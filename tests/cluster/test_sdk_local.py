@@ -13,6 +13,7 @@ mode's ``ethwe`` interface (its ``mpirun`` falls back to one that exists).
 import json
 import os
 import re
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -45,6 +46,7 @@ def docker_api():
     yield api_env
     service.terminate()
     service.wait(timeout=30)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

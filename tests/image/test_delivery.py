@@ -175,7 +175,8 @@ def check_buildspec_release(ecr_api: dict, address: str, podman_env: dict, engin
     ``docker_env()``: Docker's) against the ECR API ``ecr_api`` and the registry at ``address``:
     repository, login, in-image suite, tags, artifacts, the image pulled back and run, a second
     push of the same commit refused, an image over its size budget not pushed (podman's run), the
-    next release's lock changes, README's plain Docker commands (Docker's run)."""
+    next release's lock changes (the previous release's files image read and not kept in the
+    engine's store), README's plain Docker commands (Docker's run)."""
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                          check=True).stdout.strip()
     env = {**ecr_api, **podman_env, **engine, "REPOSITORY": "team/dtc", "FLAVORS": "cpu", "PUSH_REGISTRY": address,
@@ -280,9 +281,10 @@ def check_buildspec_release(ecr_api: dict, address: str, podman_env: dict, engin
     (previous / "sbom.cdx.json").write_text(in_image["sbom.cdx.json"])
     (previous / "Containerfile").write_text("FROM scratch\nCOPY sbom.cdx.json requirements.lock /\n")
     engine_env = {**os.environ, **podman_env, **engine}
-    subprocess.run([*container, "build", "-q", "--label", "org.opencontainers.image.revision=previous", "-t",
-                    f"{repository}:cpu-files-latest", "-f", str(previous / "Containerfile"), str(previous)],
-                   check=True, capture_output=True, env=engine_env, timeout=300)
+    built = subprocess.run([*container, "build", "-q", "--label", "org.opencontainers.image.revision=previous", "-t",
+                            f"{repository}:cpu-files-latest", "-f", str(previous / "Containerfile"), str(previous)],
+                           check=True, capture_output=True, text=True, env=engine_env, timeout=300)
+    previous_id = built.stdout.split()[-1]
     subprocess.run([*container, "push", f"{repository}:cpu-files-latest"], check=True, capture_output=True,
                    env=engine_env, timeout=300)
     release_dir = tmp_path / "next"
@@ -298,6 +300,13 @@ def check_buildspec_release(ecr_api: dict, address: str, podman_env: dict, engin
         f"{change}\n1 of {len(requirements)} distributions changed\n")
     assert "changes since the previous release (previous):" in following.stderr and change in following.stderr
     assert registry_tags(repository) == tags | {"cpu-111111111111", "cpu-111111111111-files"}
+    # The previous release's files, pulled to read their lock, keep no name in this registry in the
+    # engine's store, so nothing holds them there for this release (without the release's rmi they
+    # stayed, named by the digest the push gave them). Where no other name holds them, they are gone.
+    kept = subprocess.run([*container, "image", "inspect", "--format", "{{json .RepoTags}} {{json .RepoDigests}}",
+                           previous_id], capture_output=True, text=True, env=engine_env)
+    names = [] if kept.returncode else [name for part in kept.stdout.split() for name in json.loads(part) or []]
+    assert not [name for name in names if name.startswith(f"{address}/")], names
     # (the descriptive tag again: the next release's push tagged it anew, and left here it would keep
     # this image's 5 GB of layers in the engine's store after the next build)
     for tag in (f"{immutable}-files", "cpu-files-latest", "cpu-111111111111", "cpu-111111111111-files", descriptive):
