@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make test` (what CI's .ci/run calls): every phase, each timed, a table of the times at the end
-# with the machine's busy core-seconds and its speed before and after the tiers (also
-# build/test-phases.json), and the exit code of the first phase that failed. Every test
-# tier runs even when an earlier one failed, so one run shows everything that is broken.
+# with the machine's busy core-seconds and its speed before the tiers, before the cluster tier and
+# after them (also build/test-phases.json), and the exit code of the first phase that failed. Every
+# test tier runs even when an earlier one failed, so one run shows everything that is broken.
 #
 #   setup        scripts/setup-host.sh when its inputs changed (make setup)
 #   image        the CPU image (make image)
@@ -49,10 +49,13 @@ free_at_start_gb="$(free_gb)"
 # idle and iowait; machine-wide, so the containers' processes count too).
 busy_core_s() { awk -v hz="$(getconf CLK_TCK)" 'NR == 1 {print int(($2+$3+$4+$7+$8+$9) / hz); exit}' /proc/stat; }
 busy_at_start="$(busy_core_s)"
-# The machine's speed, measured on the idle machine before the tiers and after them where a tier
-# runs (bench/machine_speed.py: A8's bare loop on one core, about 10 s): this project's shared
-# machines have run the same jobs at half speed for hours (docs/development.md, 2026-12-07).
-speed() {   # speed WHEN: appends "WHEN images/s" (or "WHEN n/a") to $state/speed
+# The machine's speed where a tier runs (bench/machine_speed.py: A8's bare loop on one core, about
+# 10 s): on the idle machine before the tiers and after them, and between the integration and the
+# cluster tiers where both run (beside Docker's build where it has not ended: the loop takes one
+# core). This project's shared machines have run the same jobs at half speed for hours, and a run's
+# speed has fallen between its start and its end (docs/development.md, 2026-12-07): the sample
+# between the tiers tells which of the two ran slow.
+speed() {   # speed WHEN (before | before_cluster | after): appends "WHEN images/s" (or "WHEN n/a") to $state/speed
   local out rate=n/a
   if out="$(timeout 120 "$PYTHON" bench/machine_speed.py 2> "$state/speed.err")"; then
     rate="$("$PYTHON" -c 'import json, sys; print(json.loads(sys.argv[1])["bare_loop_images_per_s"])' "$out")"
@@ -162,6 +165,7 @@ if [ "$setup_code" = 0 ]; then
     if [ "$images_code" != 0 ]; then echo "the image build failed: the cluster tier cannot run" >&2; fi
   fi
   if [ "${images_code:-0}" = 0 ]; then
+    if wants integration && wants cluster; then speed before_cluster; fi
     # gpu first: without a GPU it is all skips, and a run's last pytest summary should count tests
     for name in gpu cluster; do
       if wants "$name"; then phase "$name"; fi
@@ -193,11 +197,12 @@ printf 'the machine: %d core-seconds busy in those %d s, %s %% of its %d cores (
   "$core_s" "$SECONDS" "$busy_pct" "$cores"
 speed_text="" speed_json=""
 while read -r when rate; do
-  speed_text+="$rate $when, "
+  case "$when" in before) phrase="before the tiers" ;; before_cluster) phrase="before the cluster tier" ;; *) phrase="after them" ;; esac
+  speed_text+="$rate $phrase, "
   speed_json+="\"$when\": $([ "$rate" = n/a ] && echo null || echo "$rate"), "
 done < <(cat "$state/speed" 2>/dev/null)
 if [ -n "$speed_text" ]; then
-  printf "its speed (bench/machine_speed.py: A8's bare loop on one core, training images/s): %s the tiers\n" \
+  printf "its speed (bench/machine_speed.py: A8's bare loop on one core, training images/s): %s\n" \
     "${speed_text%, }"
 fi
 printf '{"phases": %s], "wall_clock_s": %d, "busy_core_s": %d, "cores": %d, "bare_loop_images_per_s": {%s}}\n' \
