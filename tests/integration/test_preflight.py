@@ -130,3 +130,17 @@ def test_gpu_checks_throughput_part_trains_through_the_built_in_trainer(tmp_path
                                  precision="fp32")
     assert speed["exit_code"] == 0, speed["tail"]
     assert [epoch for epoch, _ in speed["epochs"]] == [1, 2] and speed["images_per_s"] > 0, speed
+
+
+def test_a_cpu_hosts_compute_figure_is_one_cores_best_window_and_leaves_torchs_threads_as_they_were():
+    program = ("import json, time, torch\n"
+               "from dtc_entrypoint.preflight.probe import cpu_gflops\n"
+               "torch.set_num_threads(2)\n"
+               "start = time.perf_counter()\n"
+               "figure = cpu_gflops(window_s=0.2, windows=3)\n"
+               "print(json.dumps({'gflops': figure, 'seconds': time.perf_counter() - start,\n"
+               "                  'threads': torch.get_num_threads()}))\n")
+    done = subprocess.run([str(BIN / "python"), "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    measured = json.loads(done.stdout.splitlines()[-1])
+    assert measured["threads"] == 2 and measured["gflops"] > 0 and measured["seconds"] >= 3 * 0.2, measured

@@ -129,18 +129,37 @@ def shm_bytes() -> int | None:
     return stats.f_frsize * stats.f_blocks
 
 
-def cpu_gflops(seconds: float = 0.3) -> float:
-    """This host's float32 matrix-product rate (GFLOP/s) with torch's threads: its compute figure
-    for the straggler check on CPU hosts."""
+def cpu_gflops(window_s: float = 0.3, windows: int = 3) -> float:
+    """This host's float32 matrix-product rate on one CPU core (GFLOP/s, 512 x 512 products): its
+    compute figure for the straggler check on CPU hosts. The best of ``windows`` windows of
+    ``window_s`` seconds each, on one thread; torch's thread count is restored afterwards.
+
+    One thread, because with torch's threads (one per core) the figure measured OpenMP's threads
+    waiting on each other whenever something else ran on the host, not the host: on 2 cores beside
+    6 busy containers one thread read 24 to 35 GFLOP/s and two read 4 to 16, while a container
+    limited to 0.05 CPU read 3 to 6 and 1 to 3 (2026-12-08, 15 and 6 windows each), so with two
+    threads a throttled host could pass for a healthy one (``tests/cluster/test_preflight.py``).
+    Windows of 0.3 s span three or more of the kernel's 100-ms CFS periods, so a host held to a
+    CPU quota (a container's ``--cpus``, a burstable instance out of credits) is slow in each
+    window; the best of them keeps a moment's burst of other work from naming a healthy host.
+    """
     import torch  # noqa: PLC0415  # the probe's own process
 
-    a = torch.randn(512, 512)
-    a @ a
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a = torch.randn(512, 512)
         a @ a
-        count += 1
-    return 2 * 512 ** 3 * count / (time.perf_counter() - start) / 1e9
+        best = 0.0
+        for _ in range(windows):
+            count, start = 0, time.perf_counter()
+            while time.perf_counter() - start < window_s:
+                a @ a
+                count += 1
+            best = max(best, 2 * 512 ** 3 * count / (time.perf_counter() - start) / 1e9)
+        return best
+    finally:
+        torch.set_num_threads(threads)
 
 
 def gpu_worker(index: int, count: int, init_file: str, sizes: dict, queue, go, stop) -> None:
