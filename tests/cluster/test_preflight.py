@@ -36,8 +36,8 @@ def job_file(tmp_path, **spec) -> str:
 # algo-2 4.5 to 5.3 at 0.05 CPU (0.26x to 0.34x), 2.1 to 3.5 at 0.03 (0.12x to 0.23x). Until
 # 9af527d the figure used torch's two threads, which mostly measured OpenMP's threads waiting on
 # each other: beside 6 busy containers algo-1 read 4.1 to 5.6 against algo-2's 1.6 to 2.7 at 0.05
-# (0.39x to 0.48x; one CI run of 9af527d let algo-2 through), and 0.1 CPU failed earlier
-# (2026-11-29: 7.9 against 4.9, 0.62x). So slow a
+# (0.39x to 0.48x); in CI's failed run of 9af527d algo-1 read 2.51 and algo-2 2.69; at 0.1 CPU
+# 7.9 against 4.9 (0.62x, 2026-11-29). So slow a
 # host needs longer than the local cluster's 60 s for the others' preflight reports and its MPI
 # daemon's start (dtc_local.cluster.LOCAL_TIMEOUTS_S): at 0.03 CPU beside 4 busy processes its report
 # came after 60 s three times in three (2026-11-29). A real cluster's defaults are 600 s.
